@@ -1,0 +1,105 @@
+//! What the service asks its host to do: deliveries that must happen before
+//! the answer (an SMS or e-mail carrying a code, whose failure the client must
+//! hear about) and effects that happen after it (audit records, later
+//! webhooks).
+
+use crate::http::Response;
+
+/// The outcome of one step of handling a request.
+#[derive(Debug)]
+pub enum Step {
+    /// Write this reply; then pass its effects to [`crate::Service::complete`].
+    Respond(Reply),
+    /// Perform this delivery, then call [`crate::Service::resume`] with the
+    /// pending state and the delivery's result.
+    Deliver(Delivery, Pending),
+}
+
+impl Step {
+    /// The reply, if this step is one (convenience for tests).
+    pub fn into_reply(self) -> Option<Reply> {
+        match self {
+            Step::Respond(r) => Some(r),
+            Step::Deliver(..) => None,
+        }
+    }
+}
+
+/// A response plus the effects to run once it has been sent.
+#[derive(Debug)]
+pub struct Reply {
+    /// What the client is told.
+    pub response: Response,
+    /// What happens after the client has been answered.
+    pub effects: Vec<Effect>,
+}
+
+/// A message the host must deliver before the client is answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// An SMS, as a complete HTTP request to the SMS gateway (Twilio's
+    /// Messages API): the host sends it as is and reports success for a 2xx.
+    Sms(HttpCall),
+    /// An e-mail to send over SMTP.
+    Email(EmailMessage),
+}
+
+/// An outbound HTTP request, fully formed by core.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpCall {
+    /// Method, e.g. `POST`.
+    pub method: String,
+    /// Absolute URL.
+    pub url: String,
+    /// Headers, including `Content-Type`, `Content-Length` and `Authorization`.
+    pub headers: Vec<(String, String)>,
+    /// Body bytes.
+    pub body: Vec<u8>,
+}
+
+/// How to reach the SMTP server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SmtpTls {
+    /// Plain connection, upgraded with STARTTLS when the server offers it.
+    StartTlsIfOffered,
+    /// TLS from the first byte (port 465).
+    Implicit,
+}
+
+/// An e-mail to send, with the SMTP server to send it through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmailMessage {
+    /// SMTP host name.
+    pub host: String,
+    /// SMTP port.
+    pub port: u16,
+    /// TLS mode.
+    pub tls: SmtpTls,
+    /// `AUTH` user name and password, when configured.
+    pub auth: Option<(String, String)>,
+    /// Envelope and header sender.
+    pub from: String,
+    /// Recipient address.
+    pub to: String,
+    /// Subject line (never contains CR or LF).
+    pub subject: String,
+    /// Plain-text part.
+    pub text: String,
+    /// HTML part.
+    pub html: String,
+}
+
+/// Why a delivery failed (detail for the log; the client sees a fixed message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryError(pub String);
+
+/// Work that happens after the response has been sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// An audit record to persist.
+    Audit(crate::audit::AuditRecord),
+}
+
+/// State carried across a [`Delivery`]; opaque to hosts.
+#[derive(Debug)]
+pub struct Pending(pub(crate) crate::otp::PendingSend);
