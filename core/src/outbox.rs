@@ -96,10 +96,12 @@ pub struct DeliveryError(pub String);
 /// Work that happens after the response has been sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    /// An audit record to persist.
+    /// An audit record to persist ([`crate::Service::complete`] does it).
     Audit(crate::audit::AuditRecord),
+    /// A line for the operator's log only (never shown to the client).
+    Log(String),
 }
 
 /// State carried across a [`Delivery`]; opaque to hosts.
 #[derive(Debug)]
-pub struct Pending(pub(crate) crate::otp::PendingSend);
+pub struct Pending(pub(crate) Box<crate::context::Suspended>);
