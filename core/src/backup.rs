@@ -10,7 +10,7 @@ use crate::crypto::codes;
 use crate::error::ApiError;
 use crate::ratelimit;
 use crate::records::{self, BackupSet, BackupSlot, UserRecord};
-use crate::sessions;
+use crate::sessions::{self, Access};
 use crate::web;
 
 /// Codes per set.
@@ -69,7 +69,7 @@ pub fn consume(ctx: &mut Ctx, user_id: &str, input: &str) -> Result<usize, ApiEr
 
 /// `POST /2fa/backup-codes/generate`: a new set; earlier codes stop working.
 pub fn generate(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
-    let auth = sessions::authenticate(ctx)?;
+    let auth = sessions::authenticate(ctx, Access::Scope("2fa:write"))?;
     ctx.limit(ratelimit::OTHER_2FA, &auth.user.id)?;
     if !auth.user.two_factor_enabled {
         return Err(ApiError::NoMethod);
@@ -100,7 +100,7 @@ pub fn generate(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
 
 /// `GET /2fa/backup-codes/count`.
 pub fn count(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
-    let auth = sessions::authenticate(ctx)?;
+    let auth = sessions::authenticate(ctx, Access::Scope("2fa:read"))?;
     ctx.limit(ratelimit::OTHER_2FA, &auth.user.id)?;
     let (remaining, total) = match &auth.user.backup {
         Some(set) => (

@@ -10,7 +10,7 @@ use crate::error::ApiError;
 use crate::housekeeping;
 use crate::ratelimit;
 use crate::records::{self, Ref, UserRecord};
-use crate::sessions;
+use crate::sessions::{self, Access};
 use crate::tokens::{Extra, TokenKind};
 use crate::util::{self, iso8601};
 use crate::web;
@@ -149,7 +149,7 @@ fn live(ctx: &mut Ctx, user: &UserRecord) -> Result<Vec<DeviceRecord>, ApiError>
 
 /// `GET /2fa/devices`.
 pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
-    let auth = sessions::authenticate(ctx)?;
+    let auth = sessions::authenticate(ctx, Access::Scope("2fa:read"))?;
     ctx.limit(ratelimit::OTHER_2FA, &auth.user.id)?;
     let devices: Vec<Value> = live(ctx, &auth.user)?.iter().map(device_json).collect();
     Ok(Outcome::Done(web::ok(200, json!({ "devices": devices }))))
@@ -157,7 +157,7 @@ pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
 
 /// `DELETE /2fa/devices/{deviceId}`.
 pub fn delete(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
-    let auth = sessions::authenticate(ctx)?;
+    let auth = sessions::authenticate(ctx, Access::Scope("2fa:write"))?;
     ctx.limit(ratelimit::OTHER_2FA, &auth.user.id)?;
     if !util::is_uuid(id) {
         return Err(ApiError::NotFound);
@@ -191,7 +191,7 @@ pub fn delete(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
 
 /// `DELETE /2fa/devices`.
 pub fn delete_all(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
-    let auth = sessions::authenticate(ctx)?;
+    let auth = sessions::authenticate(ctx, Access::Scope("2fa:write"))?;
     ctx.limit(ratelimit::OTHER_2FA, &auth.user.id)?;
     let live_count = live(ctx, &auth.user)?.len();
     let now = ctx.now_ms();

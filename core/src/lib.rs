@@ -57,6 +57,8 @@
 pub mod signature;
 
 #[cfg(feature = "service")]
+pub mod apikeys;
+#[cfg(feature = "service")]
 pub mod audit;
 #[cfg(feature = "service")]
 pub mod backup;
@@ -110,13 +112,15 @@ pub mod users;
 pub mod util;
 #[cfg(feature = "service")]
 pub mod web;
+#[cfg(feature = "service")]
+pub mod webhooks;
 
 #[cfg(feature = "service")]
 pub use config::{Config, ConfigError};
 #[cfg(feature = "service")]
 pub use http::{Request, Response};
 #[cfg(feature = "service")]
-pub use outbox::{Delivery, DeliveryError, Effect, Pending, Reply, Step};
+pub use outbox::{Completion, Delivery, DeliveryError, Effect, Pending, Reply, Step};
 #[cfg(feature = "service")]
 pub use ports::{Env, Rng, Store, StoreError};
 #[cfg(feature = "service")]

@@ -6,7 +6,7 @@ use crate::context::{Ctx, Outcome};
 use crate::error::ApiError;
 use crate::ratelimit;
 use crate::records::{self, MethodRecord, UserRecord};
-use crate::sessions;
+use crate::sessions::{self, Access};
 use crate::util::{self, iso8601};
 use crate::web;
 
@@ -29,7 +29,7 @@ fn method_json(m: &MethodRecord) -> Value {
 
 /// `GET /2fa/methods`.
 pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
-    let auth = sessions::authenticate(ctx)?;
+    let auth = sessions::authenticate(ctx, Access::Scope("2fa:read"))?;
     ctx.limit(ratelimit::OTHER_2FA, &auth.user.id)?;
     let methods: Vec<Value> = auth.user.methods.iter().map(method_json).collect();
     Ok(Outcome::Done(web::ok(200, json!({ "methods": methods }))))
@@ -38,7 +38,7 @@ pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
 /// `DELETE /2fa/methods/{methodId}`: refused for the last method while 2FA
 /// is enabled.
 pub fn delete(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
-    let auth = sessions::authenticate(ctx)?;
+    let auth = sessions::authenticate(ctx, Access::Scope("2fa:write"))?;
     ctx.limit(ratelimit::OTHER_2FA, &auth.user.id)?;
     if !util::is_uuid(id) {
         return Err(ApiError::NotFound);

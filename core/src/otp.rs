@@ -18,7 +18,7 @@ use crate::mfa;
 use crate::outbox::{Delivery, DeliveryError, EmailMessage, HttpCall};
 use crate::ratelimit::{self, Slot};
 use crate::records::{self, MethodRecord, OtpCode, Purpose, UserRecord};
-use crate::sessions;
+use crate::sessions::{self, Access};
 use crate::users;
 use crate::web;
 
@@ -285,7 +285,7 @@ pub fn finish_send(
 
 /// `POST /2fa/sms/setup` and `POST /2fa/email/setup`.
 pub fn setup(ctx: &mut Ctx, channel: Channel) -> Result<Outcome, ApiError> {
-    let auth = sessions::authenticate(ctx)?;
+    let auth = sessions::authenticate(ctx, Access::Scope("2fa:write"))?;
     ctx.limit(ratelimit::SETUP, &auth.user.id)?;
     let body = web::parse_body(ctx.req)?;
     let raw = web::req_str(&body, channel.field())?;
@@ -374,7 +374,7 @@ fn check(
 
 /// `POST /2fa/sms/verify-setup` and `POST /2fa/email/verify-setup`.
 pub fn verify_setup(ctx: &mut Ctx, channel: Channel) -> Result<Outcome, ApiError> {
-    let auth = sessions::authenticate(ctx)?;
+    let auth = sessions::authenticate(ctx, Access::Scope("2fa:write"))?;
     ctx.limit(ratelimit::VERIFY_SETUP, &auth.user.id)?;
     let body = web::parse_body(ctx.req)?;
     let code = codes::normalize_otp_code(&web::req_str(&body, "code")?)

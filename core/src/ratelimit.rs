@@ -83,6 +83,12 @@ pub const OTHER_2FA: Rule = Rule {
     limit: 100,
     window_secs: M15,
 };
+/// `/auth/introspect`: 1000 per minute per API key (gateways call it often).
+pub const INTROSPECT: Rule = Rule {
+    name: "introspect",
+    limit: 1000,
+    window_secs: 60,
+};
 /// Every other endpoint: 100 per 15 minutes per IP.
 pub const DEFAULT: Rule = Rule {
     name: "default",

@@ -11,6 +11,7 @@
 //! | `claim:email:{..}`, `claim:username:{..}` | counters; 1 = claimed |
 //! | `sess:{sid}` | [`crate::sessions::SessionRecord`] |
 //! | `dev:{did}` | [`crate::devices::DeviceRecord`] |
+//! | `apikey:{id}`, `apikeyp:{prefix}` | [`crate::apikeys::ApiKeyRecord`], prefix → id |
 //! | `rl:{rule}:{subject}:{window}` | rate-limit counters |
 //! | `tt:{jti}`, `ttu:{jti}` | temp-token attempt and use counters |
 //! | `mfafail:{uid}` / `mfalock:{uid}` | failed second-factor counter / lock record |
@@ -59,6 +60,12 @@ pub struct UserRecord {
     /// Outstanding SMS / e-mail codes (at most one per method and purpose).
     #[serde(default)]
     pub codes: Vec<OtpCode>,
+    /// Ids of the user's API keys.
+    #[serde(default)]
+    pub api_keys: Vec<String>,
+    /// Ids of the user's webhooks.
+    #[serde(default)]
+    pub webhooks: Vec<String>,
 }
 
 /// An id with its expiry.

@@ -13,6 +13,10 @@
 //! | `/2fa/backup-codes/generate`, `/2fa/backup-codes/count` | POST, GET | [`crate::backup`] |
 //! | `/2fa/methods`, `/2fa/methods/{id}` | GET, DELETE | [`crate::methods`] |
 //! | `/2fa/devices`, `/2fa/devices/{id}` | GET + DELETE, DELETE | [`crate::devices`] |
+//! | `/auth/introspect` | POST | [`crate::sessions`] |
+//! | `/api-keys`, `/api-keys/{id}`, `/api-keys/{id}/rotate` | GET + POST, DELETE, POST | [`crate::apikeys`] |
+//! | `/audit-log` | GET | [`crate::audit`] |
+//! | `/webhooks`, `/webhooks/events`, `/webhooks/verify-signature`, `/webhooks/{id}`, `/webhooks/{id}/test`, `/webhooks/{id}/deliveries` | GET + POST, GET, POST, GET + DELETE, POST, GET | [`crate::webhooks`] |
 //!
 //! An unknown path is 404 `Resource not found`; a known path with another
 //! method is 405 with `Allow`; `OPTIONS` on a known path is the CORS
@@ -21,7 +25,10 @@
 use crate::context::{Ctx, Outcome};
 use crate::error::ApiError;
 use crate::otp::Channel;
-use crate::{backup, devices, health, methods, mfa, otp, sessions, totp, users, web};
+use crate::{
+    apikeys, audit, backup, devices, health, methods, mfa, otp, sessions, totp, users, web,
+    webhooks,
+};
 
 /// A resolved route.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,12 +59,27 @@ pub enum Route {
     Devices,
     DevicesDeleteAll,
     Device(String),
+    Introspect,
+    ApiKeys,
+    ApiKeyCreate,
+    ApiKeyRevoke(String),
+    ApiKeyRotate(String),
+    AuditLog,
+    WebhookEvents,
+    Webhooks,
+    WebhookCreate,
+    Webhook(String),
+    WebhookDelete(String),
+    WebhookTest(String),
+    WebhookDeliveries(String),
+    WebhookVerify,
 }
 
 const GET: &[&str] = &["GET"];
 const POST: &[&str] = &["POST"];
 const DELETE: &[&str] = &["DELETE"];
 const GET_DELETE: &[&str] = &["GET", "DELETE"];
+const GET_POST: &[&str] = &["GET", "POST"];
 
 /// The methods a path answers and, aligned with them, the routes.
 pub fn table(segs: &[&str]) -> Option<(&'static [&'static str], Vec<Route>)> {
@@ -95,6 +117,20 @@ pub fn table(segs: &[&str]) -> Option<(&'static [&'static str], Vec<Route>)> {
         ["2fa", "methods", id] => (DELETE, vec![Method(id.to_string())]),
         ["2fa", "devices"] => (GET_DELETE, vec![Devices, DevicesDeleteAll]),
         ["2fa", "devices", id] => (DELETE, vec![Device(id.to_string())]),
+        ["auth", "introspect"] => (POST, vec![Introspect]),
+        ["api-keys"] => (GET_POST, vec![ApiKeys, ApiKeyCreate]),
+        ["api-keys", id] => (DELETE, vec![ApiKeyRevoke(id.to_string())]),
+        ["api-keys", id, "rotate"] => (POST, vec![ApiKeyRotate(id.to_string())]),
+        ["audit-log"] => (GET, vec![AuditLog]),
+        ["webhooks"] => (GET_POST, vec![Webhooks, WebhookCreate]),
+        ["webhooks", "events"] => (GET, vec![WebhookEvents]),
+        ["webhooks", "verify-signature"] => (POST, vec![WebhookVerify]),
+        ["webhooks", id] => (
+            GET_DELETE,
+            vec![Webhook(id.to_string()), WebhookDelete(id.to_string())],
+        ),
+        ["webhooks", id, "test"] => (POST, vec![WebhookTest(id.to_string())]),
+        ["webhooks", id, "deliveries"] => (GET, vec![WebhookDeliveries(id.to_string())]),
         _ => return None,
     })
 }
@@ -159,5 +195,19 @@ fn run(ctx: &mut Ctx, route: &Route) -> Result<Outcome, ApiError> {
         Route::Devices => devices::list(ctx),
         Route::DevicesDeleteAll => devices::delete_all(ctx),
         Route::Device(id) => devices::delete(ctx, id),
+        Route::Introspect => sessions::introspect(ctx),
+        Route::ApiKeys => apikeys::list(ctx),
+        Route::ApiKeyCreate => apikeys::create(ctx),
+        Route::ApiKeyRevoke(id) => apikeys::revoke(ctx, id),
+        Route::ApiKeyRotate(id) => apikeys::rotate(ctx, id),
+        Route::AuditLog => audit::list(ctx),
+        Route::WebhookEvents => webhooks::events(ctx),
+        Route::Webhooks => webhooks::list(ctx),
+        Route::WebhookCreate => webhooks::create(ctx),
+        Route::Webhook(id) => webhooks::get(ctx, id),
+        Route::WebhookDelete(id) => webhooks::delete(ctx, id),
+        Route::WebhookTest(id) => webhooks::test(ctx, id),
+        Route::WebhookDeliveries(id) => webhooks::deliveries(ctx, id),
+        Route::WebhookVerify => webhooks::verify_signature(ctx),
     }
 }

@@ -6,9 +6,9 @@ use crate::context::{Ctx, Outcome};
 use crate::error::ApiError;
 use crate::housekeeping;
 use crate::http::{Request, Response};
-use crate::outbox::{DeliveryError, Effect, Pending, Reply, Step};
+use crate::outbox::{Completion, DeliveryError, Effect, Pending, Reply, Step};
 use crate::ports::Env;
-use crate::{otp, router, web};
+use crate::{otp, router, web, webhooks};
 
 /// The whole API, driven by a host. Holds only settings: every call borrows
 /// its I/O through an [`Env`], so one `Service` may serve concurrent
@@ -50,28 +50,62 @@ impl Service {
         self.conclude(ctx, out)
     }
 
-    /// Runs what follows a response: persists audit records and sweeps
-    /// expired records. Returns the lines for the operator's log (from
-    /// [`Effect::Log`] and from anything that failed here).
-    pub fn complete(&self, env: &mut Env, effects: Vec<Effect>) -> Vec<String> {
-        let mut log = Vec::new();
+    /// Runs what follows a response: persists audit records, turns events
+    /// into webhook deliveries, picks up retries that came due, and sweeps
+    /// expired records. The host logs the returned lines and attempts the
+    /// returned webhook calls.
+    pub fn complete(&self, env: &mut Env, effects: Vec<Effect>) -> Completion {
+        let mut out = Completion::default();
         for effect in effects {
             match effect {
                 Effect::Audit(record) => {
                     if audit::persist(env, &record).is_err() {
-                        log.push(format!(
+                        out.log.push(format!(
                             "audit record {} ({}) could not be stored",
                             record.id, record.action
                         ));
                     }
                 }
-                Effect::Log(line) => log.push(line),
+                Effect::Log(line) => out.log.push(line),
+                Effect::Event {
+                    user_id,
+                    event,
+                    data,
+                } => match webhooks::fan_out(env, &user_id, &event, data) {
+                    Ok(calls) => out.webhooks.extend(calls),
+                    Err(_) => out
+                        .log
+                        .push(format!("webhooks: event {event} could not be queued")),
+                },
+                Effect::Webhook(call) => out.webhooks.push(call),
             }
         }
-        if housekeeping::tick(env).is_err() {
-            log.push("housekeeping: store unavailable".to_string());
+        match webhooks::due(env) {
+            Ok(calls) => out.webhooks.extend(calls),
+            Err(_) => out
+                .log
+                .push("webhooks: retry queue unavailable".to_string()),
         }
-        log
+        if housekeeping::tick(env).is_err() {
+            out.log.push("housekeeping: store unavailable".to_string());
+        }
+        out
+    }
+
+    /// Records the outcome of a webhook call from [`Service::complete`]:
+    /// `Ok(status)` for any HTTP answer, `Err(reason)` when none came (refused,
+    /// timed out). Returns lines for the log.
+    pub fn webhook_result(
+        &self,
+        env: &mut Env,
+        delivery_id: &str,
+        result: Result<u16, String>,
+    ) -> Vec<String> {
+        webhooks::record_result(env, delivery_id, result).unwrap_or_else(|_| {
+            vec![format!(
+                "webhook delivery {delivery_id}: result not recorded (store unavailable)"
+            )]
+        })
     }
 
     /// The 503 a host answers when it cannot build a service at all (bad

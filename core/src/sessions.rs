@@ -36,12 +36,24 @@ pub struct SessionRecord {
     pub exp_ms: u64,
 }
 
-/// An authenticated caller.
+/// An authenticated caller: a user, through a session (bearer token) or an
+/// API key.
 pub struct Auth {
-    /// The user.
+    /// The user (the key's owner for an API key).
     pub user: UserRecord,
-    /// Their session.
-    pub session: SessionRecord,
+    /// The session, when authenticated by an access token.
+    pub session: Option<SessionRecord>,
+    /// The key's id, when authenticated by an API key.
+    pub key_id: Option<String>,
+}
+
+/// What an endpoint accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Only a session (bearer access token); an API key is refused.
+    Session,
+    /// A session, or an API key holding this scope (or `*`).
+    Scope(&'static str),
 }
 
 /// Tokens of a new or refreshed session.
@@ -133,9 +145,17 @@ pub fn load(ctx: &mut Ctx, sid: &str) -> Result<Option<SessionRecord>, ApiError>
     Ok(s.filter(|s| s.exp_ms > ctx.env.now_ms))
 }
 
-/// The check behind every bearer-authenticated endpoint: a valid access
-/// token whose session still exists and whose user still exists.
-pub fn authenticate(ctx: &mut Ctx) -> Result<Auth, ApiError> {
+/// The check behind every authenticated endpoint: a valid access token
+/// whose session and user still exist, or (where `access` allows it) an
+/// API key with the scope.
+pub fn authenticate(ctx: &mut Ctx, access: Access) -> Result<Auth, ApiError> {
+    if let Some(key) = crate::apikeys::presented(ctx.req) {
+        let Access::Scope(scope) = access else {
+            return Err(ApiError::InvalidToken);
+        };
+        let key = key.to_string();
+        return crate::apikeys::authenticate(ctx, &key, scope);
+    }
     let token = web::bearer(ctx.req)
         .ok_or(ApiError::InvalidToken)?
         .to_string();
@@ -160,7 +180,18 @@ pub fn authenticate(ctx: &mut Ctx) -> Result<Auth, ApiError> {
     } else {
         session
     };
-    Ok(Auth { user, session })
+    Ok(Auth {
+        user,
+        session: Some(session),
+        key_id: None,
+    })
+}
+
+/// [`authenticate`] for endpoints that need a session; returns it.
+pub fn authenticate_session(ctx: &mut Ctx) -> Result<(UserRecord, SessionRecord), ApiError> {
+    let auth = authenticate(ctx, Access::Session)?;
+    let session = auth.session.ok_or(ApiError::InvalidToken)?;
+    Ok((auth.user, session))
 }
 
 /// Deletes session `sid` of `user_id` (record and the user's reference).
@@ -263,19 +294,20 @@ pub fn refresh(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
 /// checked) when no bearer token is sent.
 pub fn logout(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     ctx.limit(ratelimit::DEFAULT, &ctx.ip.clone())?;
-    let (user_id, sid) = if web::bearer(ctx.req).is_some() {
-        let auth = authenticate(ctx)?;
-        (auth.user.id, auth.session.id)
-    } else {
-        let token = web::cookie(ctx.req, web::REFRESH_COOKIE).ok_or(ApiError::InvalidToken)?;
-        web::check_csrf(ctx.req, ctx.config)?;
-        let keys = ctx.keys()?;
-        let claims = keys
-            .tokens
-            .verify(TokenKind::Refresh, &token, ctx.now_secs())
-            .map_err(|_| ApiError::InvalidToken)?;
-        (claims.sub, claims.sid.unwrap_or_default())
-    };
+    let (user_id, sid) =
+        if web::bearer(ctx.req).is_some() || crate::apikeys::presented(ctx.req).is_some() {
+            let (user, session) = authenticate_session(ctx)?;
+            (user.id, session.id)
+        } else {
+            let token = web::cookie(ctx.req, web::REFRESH_COOKIE).ok_or(ApiError::InvalidToken)?;
+            web::check_csrf(ctx.req, ctx.config)?;
+            let keys = ctx.keys()?;
+            let claims = keys
+                .tokens
+                .verify(TokenKind::Refresh, &token, ctx.now_secs())
+                .map_err(|_| ApiError::InvalidToken)?;
+            (claims.sub, claims.sid.unwrap_or_default())
+        };
     end(ctx, &user_id, &sid)?;
     ctx.header("Set-Cookie", web::clear_refresh_cookie(ctx.config));
     ctx.audit(Some(&user_id), "logout", true, json!({ "sessionId": sid }));
@@ -306,11 +338,11 @@ pub fn end_all(ctx: &mut Ctx, user_id: &str) -> Result<usize, ApiError> {
 /// `POST /auth/revoke-sessions`.
 pub fn revoke_all(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     ctx.limit(ratelimit::DEFAULT, &ctx.ip.clone())?;
-    let auth = authenticate(ctx)?;
-    let n = end_all(ctx, &auth.user.id)?;
+    let (user, _) = authenticate_session(ctx)?;
+    let n = end_all(ctx, &user.id)?;
     ctx.header("Set-Cookie", web::clear_refresh_cookie(ctx.config));
     ctx.audit(
-        Some(&auth.user.id),
+        Some(&user.id),
         "sessions_revoked",
         true,
         json!({ "revokedCount": n }),
@@ -336,7 +368,12 @@ fn session_json(s: &SessionRecord, current: &str) -> Value {
 /// `GET /auth/sessions`.
 pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     ctx.limit(ratelimit::DEFAULT, &ctx.ip.clone())?;
-    let auth = authenticate(ctx)?;
+    let auth = authenticate(ctx, Access::Scope("user:read"))?;
+    let current = auth
+        .session
+        .as_ref()
+        .map(|s| s.id.clone())
+        .unwrap_or_default();
     let keys: Vec<String> = auth.user.sessions.iter().map(|r| key(&r.id)).collect();
     let now = ctx.now_ms();
     let mut sessions = Vec::new();
@@ -348,17 +385,19 @@ pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         }
     }
     sessions.sort_by_key(|s| std::cmp::Reverse(s.created_ms));
-    let list: Vec<Value> = sessions
-        .iter()
-        .map(|s| session_json(s, &auth.session.id))
-        .collect();
+    let list: Vec<Value> = sessions.iter().map(|s| session_json(s, &current)).collect();
     Ok(Outcome::Done(web::ok(200, json!({ "sessions": list }))))
 }
 
 /// `DELETE /auth/sessions/{sessionId}`.
 pub fn delete(ctx: &mut Ctx, sid: &str) -> Result<Outcome, ApiError> {
     ctx.limit(ratelimit::DEFAULT, &ctx.ip.clone())?;
-    let auth = authenticate(ctx)?;
+    let (user, _) = authenticate_session(ctx)?;
+    let auth = Auth {
+        user,
+        session: None,
+        key_id: None,
+    };
     let target = load(ctx, sid)?.filter(|s| s.user_id == auth.user.id);
     if target.is_none() {
         return Err(ApiError::NotFound);
@@ -374,4 +413,40 @@ pub fn delete(ctx: &mut Ctx, sid: &str) -> Result<Outcome, ApiError> {
         200,
         json!({ "message": "Session revoked" }),
     )))
+}
+
+/// `POST /auth/introspect` (RFC 7662 style, for gateways): needs an API key
+/// with `auth:introspect` (or a session); limited per key. `active` is false
+/// for any token that is invalid, expired, of another kind, or whose session
+/// has ended.
+pub fn introspect(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
+    let auth = authenticate(ctx, Access::Scope("auth:introspect"))?;
+    let subject = auth.key_id.clone().unwrap_or_else(|| auth.user.id.clone());
+    ctx.limit(ratelimit::INTROSPECT, &subject)?;
+    let body = web::parse_body(ctx.req)?;
+    let token = web::req_str(&body, "token")?;
+    let keys = ctx.keys()?;
+    let inactive = || Ok(Outcome::Done(web::ok(200, json!({ "active": false }))));
+    let Ok(claims) = keys
+        .tokens
+        .verify(TokenKind::Access, &token, ctx.now_secs())
+    else {
+        return inactive();
+    };
+    let sid = claims.sid.clone().unwrap_or_default();
+    match load(ctx, &sid)? {
+        Some(s) if s.user_id == claims.sub => Ok(Outcome::Done(web::ok(
+            200,
+            json!({
+                "active": true,
+                "sub": claims.sub,
+                "sid": sid,
+                "mfa": claims.mfa.unwrap_or(false),
+                "exp": claims.exp,
+                "iat": claims.iat,
+                "tokenType": "access",
+            }),
+        ))),
+        _ => inactive(),
+    }
 }

@@ -274,6 +274,10 @@ pub struct Harness<S: Store = MemoryStore> {
     pub delivery_mode: DeliveryMode,
     /// Lines the service asked to log.
     pub log: Vec<String>,
+    /// Every webhook call attempted, in order.
+    pub webhook_calls: Vec<crate::webhooks::WebhookCall>,
+    /// Answers for the next webhook calls (then 200).
+    pub webhook_answers: std::collections::VecDeque<Result<u16, String>>,
     rng: SeededRng,
 }
 
@@ -340,6 +344,8 @@ impl<S: Store> Harness<S> {
             deliveries: Vec::new(),
             delivery_mode: DeliveryMode::Succeed,
             log: Vec::new(),
+            webhook_calls: Vec::new(),
+            webhook_answers: Default::default(),
             rng: SeededRng::new(42),
         }
     }
@@ -374,8 +380,16 @@ impl<S: Store> Harness<S> {
                 }
             }
         };
-        let lines = self.service.complete(&mut env, reply.effects);
-        self.log.extend(lines);
+        let done = self.service.complete(&mut env, reply.effects);
+        self.log.extend(done.log);
+        for call in done.webhooks {
+            let answer = self.webhook_answers.pop_front().unwrap_or(Ok(200));
+            let lines = self
+                .service
+                .webhook_result(&mut env, &call.delivery_id, answer);
+            self.log.extend(lines);
+            self.webhook_calls.push(call);
+        }
         reply.response
     }
 

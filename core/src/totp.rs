@@ -11,7 +11,7 @@ use crate::crypto::{codes, qr, totp};
 use crate::error::ApiError;
 use crate::ratelimit;
 use crate::records::{self, MethodRecord, PendingTotp, UserRecord};
-use crate::sessions;
+use crate::sessions::{self, Access};
 use crate::web;
 
 /// How long a setup waits for its first code.
@@ -19,7 +19,7 @@ pub const PENDING_MS: u64 = 15 * 60 * 1000;
 
 /// `POST /2fa/totp/setup`.
 pub fn setup(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
-    let auth = sessions::authenticate(ctx)?;
+    let auth = sessions::authenticate(ctx, Access::Scope("2fa:write"))?;
     ctx.limit(ratelimit::SETUP, &auth.user.id)?;
     let raw: [u8; 20] = ctx.env.random();
     let secret = totp::base32_encode(&raw);
@@ -61,7 +61,7 @@ fn code_field(body: &web::Body) -> Result<String, ApiError> {
 
 /// `POST /2fa/totp/verify-setup` (also `POST /2fa/totp/verify`).
 pub fn verify_setup(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
-    let auth = sessions::authenticate(ctx)?;
+    let auth = sessions::authenticate(ctx, Access::Scope("2fa:write"))?;
     ctx.limit(ratelimit::VERIFY_SETUP, &auth.user.id)?;
     let body = web::parse_body(ctx.req)?;
     let code = code_field(&body)?;
@@ -126,7 +126,7 @@ pub fn verify_setup(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
 /// `DELETE /2fa/totp`: removes TOTP; when it was the last method 2FA is
 /// disabled and backup codes are voided.
 pub fn delete(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
-    let auth = sessions::authenticate(ctx)?;
+    let auth = sessions::authenticate(ctx, Access::Scope("2fa:write"))?;
     ctx.limit(ratelimit::OTHER_2FA, &auth.user.id)?;
     let now = ctx.now_ms();
     let still_enabled = records::update(

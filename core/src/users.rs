@@ -14,7 +14,7 @@ use crate::crypto::password;
 use crate::error::ApiError;
 use crate::ratelimit;
 use crate::records::{self, UserRecord};
-use crate::sessions;
+use crate::sessions::{self, Access};
 use crate::util::iso8601;
 use crate::web;
 
@@ -140,6 +140,8 @@ pub fn register(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
             totp_last_step: None,
             pending_totp: None,
             codes: vec![],
+            api_keys: vec![],
+            webhooks: vec![],
         };
         records::save(ctx.env.store, &format!("user:{}", user.id), &user)?;
         ctx.env
@@ -268,7 +270,7 @@ pub fn finish_login(
 /// `GET /auth/me`.
 pub fn me(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     ctx.limit(ratelimit::DEFAULT, &ctx.ip.clone())?;
-    let auth = sessions::authenticate(ctx)?;
+    let auth = sessions::authenticate(ctx, Access::Scope("user:read"))?;
     let mut data = user_json(&auth.user);
     data["methods"] = json!(auth.user.method_kinds());
     Ok(Outcome::Done(web::ok(200, data)))
