@@ -48,7 +48,9 @@ pub fn issue_temp(ctx: &mut Ctx, user_id: &str) -> Result<String, ApiError> {
     let keys = ctx.keys()?;
     let jti = util::random_hex(ctx.env, 16);
     let now = ctx.now_secs();
-    let exp_ms = (now + TokenKind::Temp.lifetime_secs()).saturating_mul(1000);
+    let exp_ms = now
+        .saturating_add(TokenKind::Temp.lifetime_secs())
+        .saturating_mul(1000);
     housekeeping::schedule_counter(ctx.env, &format!("tt:{jti}"), exp_ms)?;
     housekeeping::schedule_counter(ctx.env, &format!("ttu:{jti}"), exp_ms)?;
     Ok(keys.tokens.issue(

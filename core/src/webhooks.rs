@@ -595,7 +595,7 @@ pub fn record_result(
                 d.status = "succeeded".into();
                 d.next_attempt_ms = None;
             } else if let Some(delay) = BACKOFF_SECS.get(d.attempts.len() - 1) {
-                d.next_attempt_ms = Some(now + delay * 1000);
+                d.next_attempt_ms = Some(now.saturating_add(delay.saturating_mul(1000)));
             } else {
                 d.status = "failed".into();
                 d.next_attempt_ms = None;
