@@ -1,0 +1,568 @@
+//! The key-value backends behind the component's store `default`.
+//!
+//! Both Spin's `fermyon:spin/key-value` and `wasi:keyvalue` (store, atomics,
+//! batch) reach the same [`KvBackend`], so a counter written through one is
+//! seen by the other, as in Spin.
+//!
+//! * [`SqliteKv`] (default): one file `kv.sqlite3` in `DATA_DIR`, WAL mode,
+//!   `synchronous=FULL` (an acknowledged write survives SIGKILL and power
+//!   loss), a small pool of connections with a busy timeout.
+//! * [`RedisKv`] (`KV_URL=redis://…`): several hosts can share one store.
+//!   Keys are used as they are, like Spin's own Redis store.
+//!
+//! Semantics shared by both:
+//! * `increment` is one atomic server-side operation. A missing key counts as
+//!   0. The counter is kept as an integer (SQLite `INTEGER`, Redis string of
+//!   digits); `get` on a counter returns its decimal digits. Incrementing a
+//!   key that holds something else is an error.
+//! * `compare_and_swap(key, expected, new)` writes only if the key exists and
+//!   currently holds exactly `expected`, in one atomic operation. **On a
+//!   missing key it fails** (returns `false`). Real Spin's SQLite store would
+//!   write a missing key unconditionally; core never relies on either
+//!   behaviour (it claims names with `increment`).
+//!
+//! Every failure is a [`KvError`]; the host hands it to the component as a
+//! key-value error (the service answers 503), never a trap.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::types::ValueRef;
+use rusqlite::{params, Connection, OptionalExtension};
+
+/// A backend failure (detail for logs and for the component's error value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvError(pub String);
+
+impl fmt::Display for KvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for KvError {}
+
+impl From<rusqlite::Error> for KvError {
+    fn from(e: rusqlite::Error) -> Self {
+        KvError(format!("sqlite: {e}"))
+    }
+}
+
+impl From<redis::RedisError> for KvError {
+    fn from(e: redis::RedisError) -> Self {
+        KvError(format!("redis: {e}"))
+    }
+}
+
+/// Result of a backend call.
+pub type KvResult<T> = Result<T, KvError>;
+
+/// A blocking key-value store shared by all requests. Call it from blocking
+/// threads (the host uses `spawn_blocking`).
+pub trait KvBackend: Send + Sync {
+    /// The value at `key`.
+    fn get(&self, key: &str) -> KvResult<Option<Vec<u8>>>;
+    /// Writes `value` at `key`.
+    fn set(&self, key: &str, value: &[u8]) -> KvResult<()>;
+    /// Removes `key` (missing is fine).
+    fn delete(&self, key: &str) -> KvResult<()>;
+    /// Whether `key` exists.
+    fn exists(&self, key: &str) -> KvResult<bool> {
+        Ok(self.get(key)?.is_some())
+    }
+    /// Every key, sorted.
+    fn keys(&self) -> KvResult<Vec<String>>;
+    /// The values of `keys`, in order.
+    fn get_many(&self, keys: &[String]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
+    /// Writes several values.
+    fn set_many(&self, pairs: &[(String, Vec<u8>)]) -> KvResult<()> {
+        pairs.iter().try_for_each(|(k, v)| self.set(k, v))
+    }
+    /// Removes several keys.
+    fn delete_many(&self, keys: &[String]) -> KvResult<()> {
+        keys.iter().try_for_each(|k| self.delete(k))
+    }
+    /// Atomically adds `delta` to the counter at `key` (missing = 0) and
+    /// returns the new value.
+    fn increment(&self, key: &str, delta: i64) -> KvResult<i64>;
+    /// Atomically replaces `expected` by `new` at an existing `key`; `false`
+    /// when the key is missing or holds something else.
+    fn compare_and_swap(&self, key: &str, expected: &[u8], new: &[u8]) -> KvResult<bool>;
+    /// A short name for logs.
+    fn describe(&self) -> String;
+}
+
+// ------------------------------------------------------------------ SQLite
+
+/// Key-value store in one SQLite file.
+pub struct SqliteKv {
+    path: std::path::PathBuf,
+    pool: Mutex<Vec<Connection>>,
+    /// Writers of this process take turns here. Atomicity does not depend
+    /// on it (each write is one SQLite statement or transaction, which also
+    /// holds across processes); it keeps in-process writers from starving
+    /// in SQLite's busy-wait, which is not fair under heavy contention.
+    writer: Mutex<()>,
+}
+
+/// Connections kept open for reuse.
+const SQLITE_POOL: usize = 8;
+
+impl SqliteKv {
+    /// Opens (creating if needed) `dir/kv.sqlite3`.
+    pub fn open_dir(dir: &Path) -> KvResult<SqliteKv> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| KvError(format!("cannot create {}: {e}", dir.display())))?;
+        Self::open(&dir.join("kv.sqlite3"))
+    }
+
+    /// Opens (creating if needed) the database file `path`.
+    pub fn open(path: &Path) -> KvResult<SqliteKv> {
+        let kv = SqliteKv {
+            path: path.to_path_buf(),
+            pool: Mutex::new(Vec::new()),
+            writer: Mutex::new(()),
+        };
+        let conn = kv.connect()?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS kv (
+                 key   TEXT PRIMARY KEY NOT NULL,
+                 value BLOB NOT NULL
+             ) WITHOUT ROWID;",
+        )?;
+        kv.put_back(conn);
+        Ok(kv)
+    }
+
+    fn connect(&self) -> KvResult<Connection> {
+        let conn = Connection::open(&self.path)?;
+        conn.busy_timeout(Duration::from_secs(10))?;
+        // WAL: readers never block the writer. FULL: the WAL is synced on
+        // every commit, so an acknowledged write survives SIGKILL.
+        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(KvError(format!("sqlite: journal_mode is {mode}, not wal")));
+        }
+        conn.execute_batch("PRAGMA synchronous=FULL;")?;
+        Ok(conn)
+    }
+
+    fn take(&self) -> KvResult<Connection> {
+        let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
+        match pooled {
+            Some(c) => Ok(c),
+            None => self.connect(),
+        }
+    }
+
+    fn put_back(&self, conn: Connection) {
+        if let Ok(mut p) = self.pool.lock() {
+            if p.len() < SQLITE_POOL {
+                p.push(conn);
+            }
+        }
+    }
+
+    fn write<T>(&self, f: impl FnOnce(&Connection) -> KvResult<T>) -> KvResult<T> {
+        let _turn = self
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.with(f)
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Connection) -> KvResult<T>) -> KvResult<T> {
+        let conn = self.take()?;
+        let out = f(&conn);
+        // A connection that failed is dropped rather than reused.
+        if out.is_ok() {
+            self.put_back(conn);
+        }
+        out
+    }
+}
+
+/// A stored value as bytes: blobs as they are, counters as decimal digits.
+fn value_bytes(v: ValueRef<'_>) -> KvResult<Vec<u8>> {
+    match v {
+        ValueRef::Blob(b) => Ok(b.to_vec()),
+        ValueRef::Text(t) => Ok(t.to_vec()),
+        ValueRef::Integer(i) => Ok(i.to_string().into_bytes()),
+        ValueRef::Real(r) => Ok(r.to_string().into_bytes()),
+        ValueRef::Null => Err(KvError("sqlite: NULL value".into())),
+    }
+}
+
+impl KvBackend for SqliteKv {
+    fn get(&self, key: &str) -> KvResult<Option<Vec<u8>>> {
+        self.with(|c| {
+            let mut st = c.prepare_cached("SELECT value FROM kv WHERE key = ?1")?;
+            let mut rows = st.query(params![key])?;
+            match rows.next()? {
+                Some(row) => Ok(Some(value_bytes(row.get_ref(0)?)?)),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn set(&self, key: &str, value: &[u8]) -> KvResult<()> {
+        self.write(|c| {
+            c.prepare_cached(
+                "INSERT INTO kv(key, value) VALUES (?1, ?2)
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            )?
+            .execute(params![key, value])?;
+            Ok(())
+        })
+    }
+
+    fn delete(&self, key: &str) -> KvResult<()> {
+        self.write(|c| {
+            c.prepare_cached("DELETE FROM kv WHERE key = ?1")?
+                .execute(params![key])?;
+            Ok(())
+        })
+    }
+
+    fn exists(&self, key: &str) -> KvResult<bool> {
+        self.with(|c| {
+            Ok(c.prepare_cached("SELECT 1 FROM kv WHERE key = ?1")?
+                .query_row(params![key], |_| Ok(()))
+                .optional()?
+                .is_some())
+        })
+    }
+
+    fn keys(&self) -> KvResult<Vec<String>> {
+        self.with(|c| {
+            let mut st = c.prepare_cached("SELECT key FROM kv ORDER BY key")?;
+            let keys = st.query_map([], |r| r.get::<_, String>(0))?;
+            Ok(keys.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    fn get_many(&self, keys: &[String]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        // One read transaction, so the values are from one snapshot.
+        self.with(|c| {
+            let tx = c.unchecked_transaction()?;
+            let mut out = Vec::with_capacity(keys.len());
+            {
+                let mut st = tx.prepare_cached("SELECT value FROM kv WHERE key = ?1")?;
+                for k in keys {
+                    let mut rows = st.query(params![k])?;
+                    out.push(match rows.next()? {
+                        Some(row) => Some(value_bytes(row.get_ref(0)?)?),
+                        None => None,
+                    });
+                }
+            }
+            tx.commit()?;
+            Ok(out)
+        })
+    }
+
+    fn set_many(&self, pairs: &[(String, Vec<u8>)]) -> KvResult<()> {
+        self.write(|c| {
+            let tx = c.unchecked_transaction()?;
+            {
+                let mut st = tx.prepare_cached(
+                    "INSERT INTO kv(key, value) VALUES (?1, ?2)
+                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                )?;
+                for (k, v) in pairs {
+                    st.execute(params![k, v])?;
+                }
+            }
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    fn delete_many(&self, keys: &[String]) -> KvResult<()> {
+        self.write(|c| {
+            let tx = c.unchecked_transaction()?;
+            {
+                let mut st = tx.prepare_cached("DELETE FROM kv WHERE key = ?1")?;
+                for k in keys {
+                    st.execute(params![k])?;
+                }
+            }
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    fn increment(&self, key: &str, delta: i64) -> KvResult<i64> {
+        // One statement: SQLite runs it atomically under its write lock, so
+        // concurrent increments (threads or processes) never lose an update.
+        self.write(|c| {
+            let v: Option<i64> = c
+                .prepare_cached(
+                    "INSERT INTO kv(key, value) VALUES (?1, ?2)
+                     ON CONFLICT(key) DO UPDATE SET value = value + ?2
+                         WHERE typeof(value) = 'integer'
+                     RETURNING value",
+                )?
+                .query_row(params![key, delta], |r| r.get(0))
+                .optional()?;
+            v.ok_or_else(|| KvError(format!("sqlite: value at {key:?} is not a counter")))
+        })
+    }
+
+    fn compare_and_swap(&self, key: &str, expected: &[u8], new: &[u8]) -> KvResult<bool> {
+        // One conditional UPDATE: a missing key matches no row, so it fails.
+        self.write(|c| {
+            let n = c
+                .prepare_cached("UPDATE kv SET value = ?3 WHERE key = ?1 AND value = ?2")?
+                .execute(params![key, expected, new])?;
+            Ok(n == 1)
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("sqlite {}", self.path.display())
+    }
+}
+
+// ------------------------------------------------------------------- Redis
+
+/// Key-value store in a Redis server.
+pub struct RedisKv {
+    client: redis::Client,
+    url_for_logs: String,
+    pool: Mutex<Vec<redis::Connection>>,
+    cas: redis::Script,
+}
+
+/// Connections kept open for reuse.
+const REDIS_POOL: usize = 16;
+
+impl RedisKv {
+    /// Connects to `url` (`redis://…`), checking the server answers.
+    pub fn open(url: &str) -> KvResult<RedisKv> {
+        let client = redis::Client::open(url)?;
+        let kv = RedisKv {
+            client,
+            url_for_logs: redact(url),
+            pool: Mutex::new(Vec::new()),
+            // GET, compare, SET in one script: Redis runs it atomically. A
+            // missing key reads as false, which never equals ARGV[1].
+            cas: redis::Script::new(
+                "local v = redis.call('GET', KEYS[1])
+                 if v == ARGV[1] then
+                   redis.call('SET', KEYS[1], ARGV[2])
+                   return 1
+                 end
+                 return 0",
+            ),
+        };
+        kv.with(|c| redis::cmd("PING").query::<String>(c).map(|_| ()))?;
+        Ok(kv)
+    }
+
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> KvResult<T> {
+        let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
+        let mut conn = match pooled {
+            Some(c) => c,
+            None => self
+                .client
+                .get_connection_with_timeout(Duration::from_secs(5))?,
+        };
+        conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+        conn.set_write_timeout(Some(Duration::from_secs(10)))?;
+        let out = f(&mut conn)?;
+        if let Ok(mut p) = self.pool.lock() {
+            if p.len() < REDIS_POOL {
+                p.push(conn);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `url` without its password.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+impl KvBackend for RedisKv {
+    fn get(&self, key: &str) -> KvResult<Option<Vec<u8>>> {
+        self.with(|c| redis::cmd("GET").arg(key).query(c))
+    }
+
+    fn set(&self, key: &str, value: &[u8]) -> KvResult<()> {
+        self.with(|c| redis::cmd("SET").arg(key).arg(value).query(c))
+    }
+
+    fn delete(&self, key: &str) -> KvResult<()> {
+        self.with(|c| redis::cmd("DEL").arg(key).query::<i64>(c).map(|_| ()))
+    }
+
+    fn exists(&self, key: &str) -> KvResult<bool> {
+        self.with(|c| redis::cmd("EXISTS").arg(key).query(c))
+    }
+
+    fn keys(&self) -> KvResult<Vec<String>> {
+        let mut keys: Vec<String> = self.with(|c| {
+            let mut all = Vec::new();
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query(c)?;
+                all.extend(batch);
+                if next == 0 {
+                    break Ok(all);
+                }
+                cursor = next;
+            }
+        })?;
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+
+    fn get_many(&self, keys: &[String]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.with(|c| redis::cmd("MGET").arg(keys).query(c))
+    }
+
+    fn increment(&self, key: &str, delta: i64) -> KvResult<i64> {
+        self.with(|c| redis::cmd("INCRBY").arg(key).arg(delta).query(c))
+    }
+
+    fn compare_and_swap(&self, key: &str, expected: &[u8], new: &[u8]) -> KvResult<bool> {
+        let n: i64 = self.with(|c| self.cas.key(key).arg(expected).arg(new).invoke(c))?;
+        Ok(n == 1)
+    }
+
+    fn describe(&self) -> String {
+        format!("redis {}", self.url_for_logs)
+    }
+}
+
+// ---------------------------------------------------------- fault injection
+
+/// Test hook: makes store operations fail from the `after`-th one on (1 =
+/// the first), for `count` operations (all of them when `None`).
+pub struct FailingKv {
+    inner: Arc<dyn KvBackend>,
+    after: u64,
+    count: Option<u64>,
+    seen: AtomicU64,
+}
+
+impl FailingKv {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn KvBackend>, after: u64, count: Option<u64>) -> FailingKv {
+        FailingKv {
+            inner,
+            after: after.max(1),
+            count,
+            seen: AtomicU64::new(0),
+        }
+    }
+
+    fn check(&self) -> KvResult<()> {
+        let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
+        let failing = n >= self.after && self.count.is_none_or(|c| n < self.after + c);
+        if failing {
+            Err(KvError(format!(
+                "injected failure (TFA_FAIL_STORE_AFTER): operation {n}"
+            )))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl KvBackend for FailingKv {
+    fn get(&self, key: &str) -> KvResult<Option<Vec<u8>>> {
+        self.check()?;
+        self.inner.get(key)
+    }
+    fn set(&self, key: &str, value: &[u8]) -> KvResult<()> {
+        self.check()?;
+        self.inner.set(key, value)
+    }
+    fn delete(&self, key: &str) -> KvResult<()> {
+        self.check()?;
+        self.inner.delete(key)
+    }
+    fn exists(&self, key: &str) -> KvResult<bool> {
+        self.check()?;
+        self.inner.exists(key)
+    }
+    fn keys(&self) -> KvResult<Vec<String>> {
+        self.check()?;
+        self.inner.keys()
+    }
+    fn get_many(&self, keys: &[String]) -> KvResult<Vec<Option<Vec<u8>>>> {
+        self.check()?;
+        self.inner.get_many(keys)
+    }
+    fn set_many(&self, pairs: &[(String, Vec<u8>)]) -> KvResult<()> {
+        self.check()?;
+        self.inner.set_many(pairs)
+    }
+    fn delete_many(&self, keys: &[String]) -> KvResult<()> {
+        self.check()?;
+        self.inner.delete_many(keys)
+    }
+    fn increment(&self, key: &str, delta: i64) -> KvResult<i64> {
+        self.check()?;
+        self.inner.increment(key, delta)
+    }
+    fn compare_and_swap(&self, key: &str, expected: &[u8], new: &[u8]) -> KvResult<bool> {
+        self.check()?;
+        self.inner.compare_and_swap(key, expected, new)
+    }
+    fn describe(&self) -> String {
+        format!(
+            "{} (failing from operation {})",
+            self.inner.describe(),
+            self.after
+        )
+    }
+}
+
+/// Opens the backend the settings ask for: Redis when `kv_url` is a
+/// `redis://`/`rediss://` URL, else SQLite in `data_dir`.
+pub fn open_backend(kv_url: Option<&str>, data_dir: &Path) -> KvResult<Arc<dyn KvBackend>> {
+    match kv_url.map(str::trim).filter(|u| !u.is_empty()) {
+        Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
+            Ok(Arc::new(RedisKv::open(url)?))
+        }
+        Some(url) => Err(KvError(format!(
+            "KV_URL must be a redis:// URL (got {})",
+            redact(url)
+        ))),
+        None => Ok(Arc::new(SqliteKv::open_dir(data_dir)?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(redact("redis://:pw@h:6379/0"), "redis://***@h:6379/0");
+        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+    }
+}

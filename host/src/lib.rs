@@ -1,0 +1,237 @@
+//! `tfa-host`: a local host for the two-factor-auth Spin component.
+//!
+//! It serves the same `.wasm` that Spin runs (`spin_app.wasm`), providing
+//! exactly the imports that component uses:
+//!
+//! * the WASI 0.2 base (`wasmtime-wasi`: cli, clocks, random, io; sockets
+//!   and files denied),
+//! * `wasi:http` incoming handler and outgoing handler (`wasmtime-wasi-http`),
+//!   outgoing restricted to the allowed hosts ([`outbound`]),
+//! * `fermyon:spin/key-value@2.0.0` and `wasi:keyvalue/{store,atomics,batch}
+//!   @0.2.0-draft2` over one backend ([`kv`]: SQLite by default, Redis with
+//!   `KV_URL`),
+//! * `fermyon:spin/variables@2.0.0`: the specification's settings, read from
+//!   this process's environment and also passed as WASI environment
+//!   variables.
+//!
+//! Settings of the host itself: `PORT` (default 3001; 0 picks a free port),
+//! `DATA_DIR` (default `./.data`), `CACHE_DIR` (compiled component, default
+//! `DATA_DIR/cache`), `KV_URL`, `COMPONENT_PATH` (default
+//! `target/wasm32-wasip2/release/spin_app.wasm`), `SPIN_MANIFEST` (default
+//! `./spin.toml` when present) and `ALLOWED_OUTBOUND_HOSTS`. Test hook:
+//! `TFA_FAIL_STORE_AFTER=N` makes every store operation from the N-th on fail
+//! (`TFA_FAIL_STORE_COUNT=K` limits that to K operations).
+//!
+//! It always listens on 127.0.0.1.
+
+#![deny(missing_docs)]
+
+pub mod kv;
+pub mod outbound;
+pub mod runtime;
+pub mod server;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tfa_core::config::SETTING_NAMES;
+
+/// The current instant (the host measures durations; core never reads it).
+#[allow(clippy::disallowed_methods)] // the host reads the clock for logs and progress
+pub fn now() -> std::time::Instant {
+    std::time::Instant::now()
+}
+
+/// The host's settings.
+#[derive(Debug, Clone)]
+pub struct HostSettings {
+    /// Port on 127.0.0.1.
+    pub port: u16,
+    /// Where the SQLite file lives.
+    pub data_dir: PathBuf,
+    /// Where the compiled component is cached (`CACHE_DIR`, default
+    /// `DATA_DIR/cache`).
+    pub cache_dir: PathBuf,
+    /// `redis://…` to use Redis instead of SQLite.
+    pub kv_url: Option<String>,
+    /// The component.
+    pub component_path: PathBuf,
+    /// The Spin manifest to read `allowed_outbound_hosts` from.
+    pub manifest: Option<PathBuf>,
+    /// Extra allowed outbound hosts (comma-separated patterns).
+    pub allowed_outbound_hosts: Option<String>,
+    /// Fault injection: fail store operations from this one on.
+    pub fail_store_after: Option<u64>,
+    /// Fault injection: how many operations fail.
+    pub fail_store_count: Option<u64>,
+}
+
+impl HostSettings {
+    /// Reads the settings through `env`.
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<HostSettings> {
+        let get = |n: &str| {
+            env(n)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let num = |n: &str| -> anyhow::Result<Option<u64>> {
+            get(n)
+                .map(|v| {
+                    v.parse::<u64>()
+                        .with_context(|| format!("{n} must be a whole number"))
+                })
+                .transpose()
+        };
+        let data_dir = PathBuf::from(get("DATA_DIR").unwrap_or_else(|| "./.data".into()));
+        let manifest = match get("SPIN_MANIFEST") {
+            Some(p) => Some(PathBuf::from(p)),
+            None => Some(PathBuf::from("spin.toml")).filter(|p| p.exists()),
+        };
+        Ok(HostSettings {
+            port: get("PORT")
+                .map(|p| p.parse::<u16>().context("PORT must be a port number"))
+                .transpose()?
+                .unwrap_or(3001),
+            data_dir: data_dir.clone(),
+            cache_dir: get("CACHE_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| data_dir.join("cache")),
+            kv_url: get("KV_URL"),
+            component_path: PathBuf::from(
+                get("COMPONENT_PATH")
+                    .unwrap_or_else(|| "target/wasm32-wasip2/release/spin_app.wasm".into()),
+            ),
+            manifest,
+            allowed_outbound_hosts: get("ALLOWED_OUTBOUND_HOSTS"),
+            fail_store_after: num("TFA_FAIL_STORE_AFTER")?,
+            fail_store_count: num("TFA_FAIL_STORE_COUNT")?,
+        })
+    }
+}
+
+/// The specification's settings found in `env`: (Spin variables by
+/// lower-case name, every setting present with "" when unset; WASI
+/// environment pairs for those that are set).
+pub fn service_settings(
+    env: &dyn Fn(&str) -> Option<String>,
+) -> (BTreeMap<String, String>, Vec<(String, String)>) {
+    let mut vars = BTreeMap::new();
+    let mut pairs = Vec::new();
+    for name in SETTING_NAMES {
+        let value = env(name).filter(|v| !v.trim().is_empty());
+        if let Some(v) = &value {
+            pairs.push((name.to_string(), v.clone()));
+        }
+        vars.insert(name.to_ascii_lowercase(), value.unwrap_or_default());
+    }
+    (vars, pairs)
+}
+
+/// Builds everything and serves until SIGINT/SIGTERM.
+pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
+    let settings = HostSettings::from_env(env)?;
+
+    // The service's own settings: checked here once so problems show at
+    // start; the component re-reads them per request (and answers 503 if
+    // they are unusable).
+    let (variables, wasi_env) = service_settings(env);
+    let core_map: BTreeMap<String, String> = wasi_env.iter().cloned().collect();
+    match tfa_core::Config::from_map(&core_map) {
+        Ok(c) => {
+            for w in &c.warnings {
+                eprintln!("tfa-host: warning: {w}");
+            }
+        }
+        Err(e) => eprintln!("tfa-host: {e}; every request will be answered 503 until it is fixed"),
+    }
+
+    // Allowed outbound hosts.
+    let mut warnings = Vec::new();
+    let mut patterns =
+        match &settings.manifest {
+            Some(path) => {
+                outbound::from_manifest(path, env, &mut warnings).map_err(anyhow::Error::msg)?
+            }
+            None => vec![outbound::HostPattern::parse("https://api.twilio.com")
+                .map_err(anyhow::Error::msg)?],
+        };
+    if let Some(list) = &settings.allowed_outbound_hosts {
+        for p in outbound::from_list(list, &mut warnings) {
+            if !patterns.contains(&p) {
+                patterns.push(p);
+            }
+        }
+    }
+    for w in &warnings {
+        eprintln!("tfa-host: warning: {w}");
+    }
+    let allow = outbound::AllowList::new(patterns);
+    eprintln!(
+        "tfa-host: allowed outbound hosts: {}",
+        allow
+            .patterns()
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+
+    // Store.
+    let mut backend = kv::open_backend(settings.kv_url.as_deref(), &settings.data_dir)
+        .map_err(|e| anyhow::anyhow!("cannot open the key-value store: {e}"))?;
+    if let Some(after) = settings.fail_store_after {
+        backend = Arc::new(kv::FailingKv::new(
+            backend,
+            after,
+            settings.fail_store_count,
+        ));
+    }
+    eprintln!("tfa-host: key-value store: {}", backend.describe());
+
+    // Component.
+    let engine = runtime::engine()?;
+    let component =
+        runtime::load_component(&engine, &settings.component_path, &settings.cache_dir).await?;
+    let linker = runtime::linker(&engine)?;
+    let pre = runtime::pre_instantiate(&linker, &component)?;
+
+    let shared = Arc::new(runtime::Shared {
+        kv: backend.clone(),
+        variables,
+        env: wasi_env,
+        allow: Arc::new(allow),
+    });
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", settings.port))
+        .await
+        .with_context(|| format!("cannot listen on 127.0.0.1:{}", settings.port))?;
+    eprintln!(
+        "tfa-host: listening on http://{}",
+        listener.local_addr().context("no local address")?
+    );
+    let server = Arc::new(server::Server::new(pre, shared));
+    server.clone().serve(listener, shutdown_signal()).await;
+    // Close the store: the last handles go with the server.
+    drop(server);
+    drop(backend);
+    eprintln!("tfa-host: stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("tfa-host: cannot watch SIGTERM: {e}");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,311 @@
+//! Which hosts the component may call over `wasi:http/outgoing-handler`.
+//!
+//! Patterns are Spin's `allowed_outbound_hosts` entries:
+//! `scheme://host[:port]`, where the scheme is `http`, `https` or `*`, the
+//! host is a name, an IP, `*` or `*.suffix`, and the port is a number or `*`
+//! (no port = the scheme's default). They come from `spin.toml` (every
+//! component's list, `{{ variable }}` templates resolved) and from the
+//! setting `ALLOWED_OUTBOUND_HOSTS` (comma-separated). Anything else is
+//! refused with `HttpRequestDenied`, which the component sees as an error
+//! value, never a trap.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+/// One allowed-host pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPattern {
+    scheme: Option<String>,
+    host: String,
+    port: Option<u16>,
+    raw: String,
+}
+
+impl fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.raw)
+    }
+}
+
+fn default_port(scheme: &str) -> Option<u16> {
+    match scheme {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    }
+}
+
+impl HostPattern {
+    /// Parses one pattern.
+    pub fn parse(raw: &str) -> Result<HostPattern, String> {
+        let raw = raw.trim();
+        let (scheme, rest) = raw
+            .split_once("://")
+            .ok_or_else(|| format!("{raw:?}: expected scheme://host[:port]"))?;
+        let scheme = scheme.to_ascii_lowercase();
+        let scheme = match scheme.as_str() {
+            "*" => None,
+            "http" | "https" => Some(scheme),
+            _ => return Err(format!("{raw:?}: scheme must be http, https or *")),
+        };
+        let rest = rest.trim_end_matches('/');
+        if rest.contains('/') || rest.is_empty() {
+            return Err(format!("{raw:?}: no path allowed"));
+        }
+        let (host, port) = split_host_port(rest);
+        let port = match port {
+            None => match &scheme {
+                Some(s) => default_port(s),
+                None => return Err(format!("{raw:?}: give a port (or *) with scheme *")),
+            },
+            Some("*") => None,
+            Some(p) => Some(
+                p.parse::<u16>()
+                    .map_err(|_| format!("{raw:?}: bad port {p:?}"))?,
+            ),
+        };
+        Ok(HostPattern {
+            scheme,
+            host: host.to_ascii_lowercase(),
+            port,
+            raw: raw.to_string(),
+        })
+    }
+
+    /// Whether a request to `scheme://host:port` matches.
+    pub fn matches(&self, scheme: &str, host: &str, port: u16) -> bool {
+        if let Some(s) = &self.scheme {
+            if s != scheme {
+                return false;
+            }
+        }
+        if let Some(p) = self.port {
+            if p != port {
+                return false;
+            }
+        }
+        let host = host.to_ascii_lowercase();
+        if self.host == "*" {
+            return true;
+        }
+        if let Some(suffix) = self.host.strip_prefix("*.") {
+            return host.ends_with(&format!(".{suffix}"));
+        }
+        self.host == host
+    }
+}
+
+/// `host[:port]`, with bracketed IPv6 hosts.
+fn split_host_port(s: &str) -> (&str, Option<&str>) {
+    if let Some(rest) = s.strip_prefix('[') {
+        if let Some((h, tail)) = rest.split_once(']') {
+            return (h, tail.strip_prefix(':'));
+        }
+    }
+    match s.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') => (h, Some(p)),
+        _ => (s, None),
+    }
+}
+
+/// The allow-list.
+#[derive(Debug, Clone, Default)]
+pub struct AllowList {
+    patterns: Vec<HostPattern>,
+}
+
+impl AllowList {
+    /// A list of already-parsed patterns.
+    pub fn new(patterns: Vec<HostPattern>) -> AllowList {
+        AllowList { patterns }
+    }
+
+    /// Whether `uri` (absolute) may be called.
+    pub fn allows(&self, uri: &http::Uri) -> bool {
+        let Some(scheme) = uri.scheme_str() else {
+            return false;
+        };
+        let scheme = scheme.to_ascii_lowercase();
+        let Some(host) = uri.host() else {
+            return false;
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let Some(port) = uri.port_u16().or_else(|| default_port(&scheme)) else {
+            return false;
+        };
+        self.patterns.iter().any(|p| p.matches(&scheme, host, port))
+    }
+
+    /// The patterns, for the start-up log.
+    pub fn patterns(&self) -> &[HostPattern] {
+        &self.patterns
+    }
+}
+
+/// Replaces `{{ name }}` with `lookup(name)`; `None` when a name is unknown.
+pub fn expand_template(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find("}}")?;
+        out.push_str(&lookup(after[..end].trim())?);
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+/// Reads every component's `allowed_outbound_hosts` from the Spin manifest
+/// at `path`, resolving templates with `env(UPPER_NAME)` and then the
+/// manifest's `[variables]` defaults. Entries that resolve to nothing are
+/// skipped; unparseable ones are reported in `warnings`.
+pub fn from_manifest(
+    path: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<HostPattern>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let doc: toml::Table =
+        toml::from_str(&text).map_err(|e| format!("cannot parse {}: {e}", path.display()))?;
+    let defaults: BTreeMap<String, String> = doc
+        .get("variables")
+        .and_then(|v| v.as_table())
+        .map(|t| {
+            t.iter()
+                .filter_map(|(k, v)| {
+                    let d = v.as_table()?.get("default")?.as_str()?;
+                    Some((k.clone(), d.to_string()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let lookup = |name: &str| -> Option<String> {
+        env(&name.to_ascii_uppercase())
+            .filter(|v| !v.trim().is_empty())
+            .or_else(|| defaults.get(name).cloned())
+    };
+    let mut out = Vec::new();
+    let components = doc.get("component").and_then(|c| c.as_table());
+    for (_, comp) in components.into_iter().flatten() {
+        let hosts = comp
+            .get("allowed_outbound_hosts")
+            .and_then(|h| h.as_array())
+            .cloned()
+            .unwrap_or_default();
+        for h in hosts {
+            let Some(raw) = h.as_str() else { continue };
+            let Some(expanded) = expand_template(raw, &lookup) else {
+                warnings.push(format!("allowed_outbound_hosts: cannot resolve {raw:?}"));
+                continue;
+            };
+            if expanded.trim().is_empty() {
+                continue;
+            }
+            match HostPattern::parse(&expanded) {
+                Ok(p) if !out.contains(&p) => out.push(p),
+                Ok(_) => {}
+                Err(e) => warnings.push(format!("allowed_outbound_hosts: {e}")),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Parses a comma-separated list (the `ALLOWED_OUTBOUND_HOSTS` setting).
+pub fn from_list(list: &str, warnings: &mut Vec<String>) -> Vec<HostPattern> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| match HostPattern::parse(s) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                warnings.push(format!("ALLOWED_OUTBOUND_HOSTS: {e}"));
+                None
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allows(patterns: &[&str], uri: &str) -> bool {
+        let list = AllowList::new(
+            patterns
+                .iter()
+                .map(|p| HostPattern::parse(p).unwrap())
+                .collect(),
+        );
+        list.allows(&uri.parse().unwrap())
+    }
+
+    #[test]
+    fn patterns_match_like_spin() {
+        let twilio = ["https://api.twilio.com"];
+        assert!(allows(&twilio, "https://api.twilio.com/2010-04-01/x"));
+        assert!(allows(&twilio, "https://API.twilio.com:443/"));
+        assert!(!allows(&twilio, "http://api.twilio.com/"));
+        assert!(!allows(&twilio, "https://api.twilio.com:8443/"));
+        assert!(!allows(&twilio, "https://evil.com/"));
+        let local = ["http://127.0.0.1:*"];
+        assert!(allows(&local, "http://127.0.0.1:9999/sms"));
+        assert!(!allows(&local, "https://127.0.0.1:9999/sms"));
+        assert!(!allows(&local, "http://127.0.0.2:9999/sms"));
+        let wild = ["https://*.example.com", "*://*:8080"];
+        assert!(allows(&wild, "https://a.example.com/"));
+        assert!(!allows(&wild, "https://example.com/"));
+        assert!(allows(&wild, "http://anything:8080/"));
+        assert!(!allows(&[], "https://api.twilio.com/"));
+    }
+
+    #[test]
+    fn bad_patterns_are_rejected() {
+        assert!(HostPattern::parse("api.twilio.com").is_err());
+        assert!(HostPattern::parse("ftp://x").is_err());
+        assert!(HostPattern::parse("*://x").is_err());
+        assert!(HostPattern::parse("https://x/path").is_err());
+        assert!(HostPattern::parse("https://x:99999").is_err());
+    }
+
+    #[test]
+    fn templates_expand() {
+        let lookup = |n: &str| (n == "a").then(|| "X".to_string());
+        assert_eq!(
+            expand_template("p{{ a }}q", &lookup).as_deref(),
+            Some("pXq")
+        );
+        assert_eq!(expand_template("{{b}}", &lookup), None);
+        assert_eq!(expand_template("plain", &lookup).as_deref(), Some("plain"));
+    }
+
+    #[test]
+    fn manifest_lists_resolve() {
+        let dir = std::env::temp_dir().join(format!("tfa-outbound-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("spin.toml");
+        std::fs::write(
+            &path,
+            r#"
+spin_manifest_version = 2
+[variables]
+extra = { default = "https://api.twilio.com" }
+empty = { default = "" }
+[component.a]
+allowed_outbound_hosts = ["https://api.twilio.com", "{{ extra }}", "{{ empty }}", "bogus"]
+"#,
+        )
+        .unwrap();
+        let mut warnings = Vec::new();
+        let env = |n: &str| (n == "EXTRA").then(|| "http://127.0.0.1:8081".to_string());
+        let got = from_manifest(&path, &env, &mut warnings).unwrap();
+        let raw: Vec<String> = got.iter().map(|p| p.to_string()).collect();
+        assert_eq!(raw, ["https://api.twilio.com", "http://127.0.0.1:8081"]);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,783 @@
+//! The wasmtime side: engine, compiled-component cache, per-request store
+//! state, and the host implementations of Spin's key-value and variables
+//! interfaces and of `wasi:keyvalue`.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::p2::bindings::ProxyPre;
+use wasmtime_wasi_http::{
+    Error as HttpError, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks,
+    WasiHttpView,
+};
+
+use crate::kv::{KvBackend, KvError, KvResult};
+use crate::outbound::AllowList;
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "wit",
+        world: "tfa:host/spin-imports",
+        imports: { default: async },
+        with: {
+            "fermyon:spin/key-value.store": super::KvStoreRes,
+            "wasi:keyvalue/store.bucket": super::BucketRes,
+            "wasi:keyvalue/atomics.cas": super::CasRes,
+        },
+    });
+}
+
+use bindings::fermyon::spin::{key_value, variables};
+use bindings::wasi::keyvalue::{atomics, batch, store as wasi_kv};
+
+/// The only key-value store label the component may open.
+pub const STORE_LABEL: &str = "default";
+
+/// Instances that may run at once (each one is a pooling-allocator slot).
+pub const MAX_INSTANCES: u32 = 64;
+
+/// Timeouts for outgoing HTTP when the component sets none.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(30);
+const BETWEEN_BYTES_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What every request's store shares.
+pub struct Shared {
+    /// The key-value backend behind label `default`.
+    pub kv: Arc<dyn KvBackend>,
+    /// Spin variables by lower-case name (every setting; unset ones empty).
+    pub variables: BTreeMap<String, String>,
+    /// WASI environment variables (the settings that are set).
+    pub env: Vec<(String, String)>,
+    /// Hosts the component may call.
+    pub allow: Arc<AllowList>,
+}
+
+impl Shared {
+    /// Runs a blocking backend call off the async threads.
+    async fn kv<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn KvBackend) -> KvResult<T> + Send + 'static,
+    ) -> KvResult<T> {
+        let kv = self.kv.clone();
+        let out = tokio::task::spawn_blocking(move || f(kv.as_ref()))
+            .await
+            .unwrap_or_else(|e| Err(KvError(format!("store task failed: {e}"))));
+        if let Err(e) = &out {
+            eprintln!("tfa-host: store error: {e}");
+        }
+        out
+    }
+}
+
+/// A `fermyon:spin/key-value` store handle.
+pub struct KvStoreRes;
+/// A `wasi:keyvalue` bucket handle.
+pub struct BucketRes;
+/// A `wasi:keyvalue` compare-and-swap handle: the key and the value seen
+/// when it was made.
+pub struct CasRes {
+    key: String,
+    current: Option<Vec<u8>>,
+}
+
+/// The data of one request's store.
+pub struct HostState {
+    wasi: WasiCtx,
+    http: WasiHttpCtx,
+    table: ResourceTable,
+    hooks: OutboundHooks,
+    shared: Arc<Shared>,
+}
+
+impl HostState {
+    /// Fresh state for one request.
+    pub fn new(shared: &Arc<Shared>) -> HostState {
+        let wasi = WasiCtx::builder()
+            .envs(&shared.env)
+            .inherit_stdout()
+            .inherit_stderr()
+            // No sockets and no files: the component talks to the world
+            // through wasi:http and the key-value store only.
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        HostState {
+            wasi,
+            http: WasiHttpCtx::new(),
+            table: ResourceTable::new(),
+            hooks: OutboundHooks {
+                allow: shared.allow.clone(),
+            },
+            shared: shared.clone(),
+        }
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.hooks,
+        }
+    }
+}
+
+/// Outgoing HTTP: allowed hosts only, with default timeouts.
+pub struct OutboundHooks {
+    allow: Arc<AllowList>,
+}
+
+type SendFuture = Box<
+    dyn std::future::Future<
+            Output = Result<
+                (
+                    http::Response<WasiBody>,
+                    Box<dyn std::future::Future<Output = Result<(), HttpError>> + Send>,
+                ),
+                HttpError,
+            >,
+        > + Send,
+>;
+
+impl WasiHttpHooks for OutboundHooks {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: Box<dyn std::future::Future<Output = Result<(), HttpError>> + Send>,
+    ) -> SendFuture {
+        let uri = request.uri().clone();
+        if !self.allow.allows(&uri) {
+            let shown = format!(
+                "{}://{}",
+                uri.scheme_str().unwrap_or("?"),
+                uri.authority().map(|a| a.as_str()).unwrap_or("?")
+            );
+            eprintln!(
+                "tfa-host: outbound request to {shown} denied (not in allowed_outbound_hosts)"
+            );
+            drop(fut);
+            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        }
+        let mut opts = options.unwrap_or_default();
+        opts.connect_timeout.get_or_insert(CONNECT_TIMEOUT);
+        opts.first_byte_timeout.get_or_insert(FIRST_BYTE_TIMEOUT);
+        opts.between_bytes_timeout
+            .get_or_insert(BETWEEN_BYTES_TIMEOUT);
+        drop(fut);
+        Box::new(async move {
+            use http_body_util::BodyExt;
+            let (res, io) = wasmtime_wasi_http::default_send_request(request, Some(opts)).await?;
+            Ok((
+                res.map(BodyExt::boxed_unsync),
+                Box::new(io) as Box<dyn std::future::Future<Output = _> + Send>,
+            ))
+        })
+    }
+}
+
+// ------------------------------------------------------ fermyon:spin/key-value
+
+fn spin_err(e: KvError) -> key_value::Error {
+    key_value::Error::Other(e.0)
+}
+
+impl key_value::Host for HostState {}
+
+impl key_value::HostStore for HostState {
+    async fn open(&mut self, label: String) -> Result<Resource<KvStoreRes>, key_value::Error> {
+        if label != STORE_LABEL {
+            return Err(key_value::Error::NoSuchStore);
+        }
+        self.table
+            .push(KvStoreRes)
+            .map_err(|_| key_value::Error::StoreTableFull)
+    }
+
+    async fn get(
+        &mut self,
+        _: Resource<KvStoreRes>,
+        key: String,
+    ) -> Result<Option<Vec<u8>>, key_value::Error> {
+        self.shared
+            .kv(move |kv| kv.get(&key))
+            .await
+            .map_err(spin_err)
+    }
+
+    async fn set(
+        &mut self,
+        _: Resource<KvStoreRes>,
+        key: String,
+        value: Vec<u8>,
+    ) -> Result<(), key_value::Error> {
+        self.shared
+            .kv(move |kv| kv.set(&key, &value))
+            .await
+            .map_err(spin_err)
+    }
+
+    async fn delete(
+        &mut self,
+        _: Resource<KvStoreRes>,
+        key: String,
+    ) -> Result<(), key_value::Error> {
+        self.shared
+            .kv(move |kv| kv.delete(&key))
+            .await
+            .map_err(spin_err)
+    }
+
+    async fn exists(
+        &mut self,
+        _: Resource<KvStoreRes>,
+        key: String,
+    ) -> Result<bool, key_value::Error> {
+        self.shared
+            .kv(move |kv| kv.exists(&key))
+            .await
+            .map_err(spin_err)
+    }
+
+    async fn get_keys(&mut self, _: Resource<KvStoreRes>) -> Result<Vec<String>, key_value::Error> {
+        self.shared.kv(|kv| kv.keys()).await.map_err(spin_err)
+    }
+
+    async fn drop(&mut self, rep: Resource<KvStoreRes>) -> wasmtime::Result<()> {
+        self.table.delete(rep)?;
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------- fermyon:spin/variables
+
+/// Spin's rule for variable names: lower-case letters, digits and single
+/// underscores, starting with a letter.
+fn valid_variable_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !name.contains("__")
+        && !name.ends_with('_')
+}
+
+impl variables::Host for HostState {
+    async fn get(&mut self, name: String) -> Result<String, variables::Error> {
+        if !valid_variable_name(&name) {
+            return Err(variables::Error::InvalidName(name));
+        }
+        match self.shared.variables.get(&name) {
+            Some(v) => Ok(v.clone()),
+            None => Err(variables::Error::Undefined(format!(
+                "no variable for {name:?}"
+            ))),
+        }
+    }
+}
+
+// ---------------------------------------------------------- wasi:keyvalue
+
+fn wasi_err(e: KvError) -> wasi_kv::Error {
+    wasi_kv::Error::Other(e.0)
+}
+
+impl wasi_kv::Host for HostState {
+    async fn open(&mut self, identifier: String) -> Result<Resource<BucketRes>, wasi_kv::Error> {
+        if identifier != STORE_LABEL {
+            return Err(wasi_kv::Error::NoSuchStore);
+        }
+        self.table
+            .push(BucketRes)
+            .map_err(|e| wasi_kv::Error::Other(format!("resource table: {e}")))
+    }
+}
+
+impl wasi_kv::HostBucket for HostState {
+    async fn get(
+        &mut self,
+        _: Resource<BucketRes>,
+        key: String,
+    ) -> Result<Option<Vec<u8>>, wasi_kv::Error> {
+        self.shared
+            .kv(move |kv| kv.get(&key))
+            .await
+            .map_err(wasi_err)
+    }
+
+    async fn set(
+        &mut self,
+        _: Resource<BucketRes>,
+        key: String,
+        value: Vec<u8>,
+    ) -> Result<(), wasi_kv::Error> {
+        self.shared
+            .kv(move |kv| kv.set(&key, &value))
+            .await
+            .map_err(wasi_err)
+    }
+
+    async fn delete(&mut self, _: Resource<BucketRes>, key: String) -> Result<(), wasi_kv::Error> {
+        self.shared
+            .kv(move |kv| kv.delete(&key))
+            .await
+            .map_err(wasi_err)
+    }
+
+    async fn exists(
+        &mut self,
+        _: Resource<BucketRes>,
+        key: String,
+    ) -> Result<bool, wasi_kv::Error> {
+        self.shared
+            .kv(move |kv| kv.exists(&key))
+            .await
+            .map_err(wasi_err)
+    }
+
+    async fn list_keys(
+        &mut self,
+        _: Resource<BucketRes>,
+        cursor: Option<String>,
+    ) -> Result<wasi_kv::KeyResponse, wasi_kv::Error> {
+        // One page with every key (after `cursor`, exclusive).
+        let keys = self.shared.kv(|kv| kv.keys()).await.map_err(wasi_err)?;
+        let keys = match cursor {
+            Some(c) => keys.into_iter().filter(|k| *k > c).collect(),
+            None => keys,
+        };
+        Ok(wasi_kv::KeyResponse { keys, cursor: None })
+    }
+
+    async fn drop(&mut self, rep: Resource<BucketRes>) -> wasmtime::Result<()> {
+        self.table.delete(rep)?;
+        Ok(())
+    }
+}
+
+impl atomics::Host for HostState {
+    async fn increment(
+        &mut self,
+        _: Resource<BucketRes>,
+        key: String,
+        delta: i64,
+    ) -> Result<i64, wasi_kv::Error> {
+        self.shared
+            .kv(move |kv| kv.increment(&key, delta))
+            .await
+            .map_err(wasi_err)
+    }
+
+    async fn swap(
+        &mut self,
+        cas: Resource<CasRes>,
+        value: Vec<u8>,
+    ) -> Result<(), atomics::CasError> {
+        let cas = self
+            .table
+            .delete(cas)
+            .map_err(|e| atomics::CasError::StoreError(wasi_kv::Error::Other(e.to_string())))?;
+        let key = cas.key.clone();
+        let swapped = match cas.current.clone() {
+            // A missing key never swaps (see crate::kv).
+            None => false,
+            Some(expected) => {
+                let key = key.clone();
+                self.shared
+                    .kv(move |kv| kv.compare_and_swap(&key, &expected, &value))
+                    .await
+                    .map_err(|e| atomics::CasError::StoreError(wasi_err(e)))?
+            }
+        };
+        if swapped {
+            return Ok(());
+        }
+        // Hand back a fresh handle holding the value now in the store.
+        let current = self
+            .shared
+            .kv({
+                let key = key.clone();
+                move |kv| kv.get(&key)
+            })
+            .await
+            .map_err(|e| atomics::CasError::StoreError(wasi_err(e)))?;
+        let again = self
+            .table
+            .push(CasRes { key, current })
+            .map_err(|e| atomics::CasError::StoreError(wasi_kv::Error::Other(e.to_string())))?;
+        Err(atomics::CasError::CasFailed(again))
+    }
+}
+
+impl atomics::HostCas for HostState {
+    async fn new(
+        &mut self,
+        _: Resource<BucketRes>,
+        key: String,
+    ) -> Result<Resource<CasRes>, wasi_kv::Error> {
+        let current = self
+            .shared
+            .kv({
+                let key = key.clone();
+                move |kv| kv.get(&key)
+            })
+            .await
+            .map_err(wasi_err)?;
+        self.table
+            .push(CasRes { key, current })
+            .map_err(|e| wasi_kv::Error::Other(format!("resource table: {e}")))
+    }
+
+    async fn current(&mut self, cas: Resource<CasRes>) -> Result<Option<Vec<u8>>, wasi_kv::Error> {
+        let cas = self
+            .table
+            .get(&cas)
+            .map_err(|e| wasi_kv::Error::Other(e.to_string()))?;
+        Ok(cas.current.clone())
+    }
+
+    async fn drop(&mut self, rep: Resource<CasRes>) -> wasmtime::Result<()> {
+        self.table.delete(rep)?;
+        Ok(())
+    }
+}
+
+impl batch::Host for HostState {
+    async fn get_many(
+        &mut self,
+        _: Resource<BucketRes>,
+        keys: Vec<String>,
+    ) -> Result<Vec<(String, Option<Vec<u8>>)>, wasi_kv::Error> {
+        let asked = keys.clone();
+        let values = self
+            .shared
+            .kv(move |kv| kv.get_many(&keys))
+            .await
+            .map_err(wasi_err)?;
+        Ok(asked.into_iter().zip(values).collect())
+    }
+
+    async fn set_many(
+        &mut self,
+        _: Resource<BucketRes>,
+        key_values: Vec<(String, Vec<u8>)>,
+    ) -> Result<(), wasi_kv::Error> {
+        self.shared
+            .kv(move |kv| kv.set_many(&key_values))
+            .await
+            .map_err(wasi_err)
+    }
+
+    async fn delete_many(
+        &mut self,
+        _: Resource<BucketRes>,
+        keys: Vec<String>,
+    ) -> Result<(), wasi_kv::Error> {
+        self.shared
+            .kv(move |kv| kv.delete_many(&keys))
+            .await
+            .map_err(wasi_err)
+    }
+}
+
+// ------------------------------------------------------------ engine & link
+
+/// A wasmtime engine with the pooling allocator.
+pub fn engine() -> anyhow::Result<Engine> {
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(MAX_INSTANCES)
+        .total_core_instances(MAX_INSTANCES * 4)
+        .total_memories(MAX_INSTANCES * 2)
+        .total_tables(MAX_INSTANCES * 4)
+        .total_stacks(MAX_INSTANCES)
+        // Argon2 needs its memory cost in linear memory; 1 GiB is ample.
+        .max_memory_size(1 << 30);
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    Engine::new(&config)
+        .map_err(anyhow::Error::from)
+        .context("cannot create the wasmtime engine")
+}
+
+/// Links every import the component uses: WASI 0.2 (cli, clocks, random,
+/// io, and the rest of the command world, with sockets and files denied),
+/// wasi:http types + outgoing handler, Spin key-value and variables,
+/// wasi:keyvalue store/atomics/batch.
+pub fn linker(engine: &Engine) -> anyhow::Result<Linker<HostState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    key_value::add_to_linker::<_, HasSelf<HostState>>(&mut linker, |s| s)?;
+    variables::add_to_linker::<_, HasSelf<HostState>>(&mut linker, |s| s)?;
+    wasi_kv::add_to_linker::<_, HasSelf<HostState>>(&mut linker, |s| s)?;
+    atomics::add_to_linker::<_, HasSelf<HostState>>(&mut linker, |s| s)?;
+    batch::add_to_linker::<_, HasSelf<HostState>>(&mut linker, |s| s)?;
+    Ok(linker)
+}
+
+/// Compiles the component at `wasm_path`, or loads the compiled form cached
+/// in `cache_dir` (keyed by the wasm's SHA-256, the wasmtime version and the
+/// engine's compatibility hash). Progress goes to stderr.
+pub async fn load_component(
+    engine: &Engine,
+    wasm_path: &Path,
+    cache_dir: &Path,
+) -> anyhow::Result<Component> {
+    let wasm = std::fs::read(wasm_path)
+        .with_context(|| format!("cannot read the component {}", wasm_path.display()))?;
+    let digest = hex(&Sha256::digest(&wasm));
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut h);
+    let cached = cache_dir.join(format!(
+        "spin_app-{}-wasmtime-48.0.8-{:016x}.cwasm",
+        &digest[..32],
+        h.finish()
+    ));
+    if cached.exists() {
+        // SAFETY: the file is one this program wrote with
+        // `Component::serialize` into its own data directory (written to a
+        // temporary name and renamed, so never partial), keyed by the
+        // engine's compatibility hash; wasmtime still checks the header and
+        // refuses an incompatible artifact, in which case we recompile.
+        match unsafe { Component::deserialize_file(engine, &cached) } {
+            Ok(c) => {
+                eprintln!(
+                    "tfa-host: loaded compiled component from {}",
+                    cached.display()
+                );
+                return Ok(c);
+            }
+            Err(e) => eprintln!("tfa-host: ignoring cache {}: {e:#}", cached.display()),
+        }
+    }
+    eprintln!(
+        "tfa-host: compiling {} ({} KiB), first run only…",
+        wasm_path.display(),
+        wasm.len() / 1024
+    );
+    let engine2 = engine.clone();
+    let mut job = tokio::task::spawn_blocking(move || Component::from_binary(&engine2, &wasm));
+    let started = crate::now();
+    let component = loop {
+        tokio::select! {
+            done = &mut job => break done.context("compile task failed")??,
+            _ = tokio::time::sleep(Duration::from_secs(3)) => {
+                eprintln!("tfa-host: still compiling… {}s", started.elapsed().as_secs());
+            }
+        }
+    };
+    eprintln!("tfa-host: compiled in {} ms", started.elapsed().as_millis());
+    if let Err(e) = write_cache(&component, cache_dir, &cached) {
+        eprintln!("tfa-host: could not cache the compiled component: {e:#}");
+    }
+    Ok(component)
+}
+
+fn write_cache(component: &Component, dir: &Path, path: &PathBuf) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let bytes = component.serialize()?;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Pre-instantiates the component for the `wasi:http/proxy` shape.
+pub fn pre_instantiate(
+    linker: &Linker<HostState>,
+    component: &Component,
+) -> anyhow::Result<ProxyPre<HostState>> {
+    let pre = linker
+        .instantiate_pre(component)
+        .map_err(anyhow::Error::from)
+        .context("the component imports something this host does not provide")?;
+    ProxyPre::new(pre)
+        .map_err(anyhow::Error::from)
+        .context("the component does not export wasi:http/incoming-handler")
+}
+
+/// A store for one request.
+pub fn new_store(engine: &Engine, shared: &Arc<Shared>) -> Store<HostState> {
+    Store::new(engine, HostState::new(shared))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::{FailingKv, SqliteKv};
+    use atomics::{Host as _, HostCas as _};
+    use batch::Host as _;
+
+    #[test]
+    fn variable_names_follow_spin_rules() {
+        assert!(valid_variable_name("jwt_access_secret"));
+        assert!(valid_variable_name("a1"));
+        assert!(!valid_variable_name("JWT"));
+        assert!(!valid_variable_name("1a"));
+        assert!(!valid_variable_name("a__b"));
+        assert!(!valid_variable_name("a_"));
+        assert!(!valid_variable_name(""));
+    }
+
+    fn state(name: &str, fail_after: Option<u64>) -> (HostState, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("tfa-rt-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut kv: Arc<dyn KvBackend> = Arc::new(SqliteKv::open_dir(&dir).unwrap());
+        if let Some(n) = fail_after {
+            kv = Arc::new(FailingKv::new(kv, n, None));
+        }
+        let shared = Arc::new(Shared {
+            kv,
+            variables: [("node_env".to_string(), "production".to_string())]
+                .into_iter()
+                .collect(),
+            env: vec![],
+            allow: Arc::new(AllowList::default()),
+        });
+        (HostState::new(&shared), dir)
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn spin_and_wasi_interfaces_share_one_store() {
+        let (mut s, dir) = state("share", None);
+        assert!(matches!(
+            key_value::HostStore::open(&mut s, "other".into()).await,
+            Err(key_value::Error::NoSuchStore)
+        ));
+        assert!(matches!(
+            wasi_kv::Host::open(&mut s, "other".into()).await,
+            Err(wasi_kv::Error::NoSuchStore)
+        ));
+        let st = key_value::HostStore::open(&mut s, "default".into())
+            .await
+            .unwrap();
+        let rep = st.rep();
+        key_value::HostStore::set(&mut s, Resource::new_borrow(rep), "a".into(), b"1".to_vec())
+            .await
+            .unwrap();
+        let bucket = wasi_kv::Host::open(&mut s, "default".into()).await.unwrap();
+        let b = || Resource::<BucketRes>::new_borrow(bucket.rep());
+        assert_eq!(
+            wasi_kv::HostBucket::get(&mut s, b(), "a".into())
+                .await
+                .unwrap(),
+            Some(b"1".to_vec())
+        );
+        // Counters.
+        assert_eq!(s.increment(b(), "n".into(), 2).await.unwrap(), 2);
+        assert_eq!(s.increment(b(), "n".into(), 0).await.unwrap(), 2);
+        // Batch: every asked key answered, in order.
+        let many = s
+            .get_many(b(), vec!["n".into(), "zz".into(), "a".into()])
+            .await
+            .unwrap();
+        assert_eq!(
+            many,
+            vec![
+                ("n".to_string(), Some(b"2".to_vec())),
+                ("zz".to_string(), None),
+                ("a".to_string(), Some(b"1".to_vec())),
+            ]
+        );
+        // CAS: wins on the value seen, fails after someone else wrote, and
+        // never creates a missing key.
+        let cas = atomics::HostCas::new(&mut s, b(), "a".into())
+            .await
+            .unwrap();
+        let current = s.current(Resource::new_borrow(cas.rep())).await.unwrap();
+        assert_eq!(current, Some(b"1".to_vec()));
+        s.swap(cas, b"2".to_vec()).await.unwrap();
+        let cas = atomics::HostCas::new(&mut s, b(), "a".into())
+            .await
+            .unwrap();
+        key_value::HostStore::set(&mut s, Resource::new_borrow(rep), "a".into(), b"3".to_vec())
+            .await
+            .unwrap();
+        match s.swap(cas, b"4".to_vec()).await {
+            Err(atomics::CasError::CasFailed(again)) => {
+                let now = s.current(Resource::new_borrow(again.rep())).await.unwrap();
+                assert_eq!(now, Some(b"3".to_vec()));
+            }
+            other => panic!("expected CasFailed, got {:?}", other.is_ok()),
+        }
+        let cas = atomics::HostCas::new(&mut s, b(), "missing".into())
+            .await
+            .unwrap();
+        assert!(matches!(
+            s.swap(cas, b"x".to_vec()).await,
+            Err(atomics::CasError::CasFailed(_))
+        ));
+        assert_eq!(
+            wasi_kv::HostBucket::get(&mut s, b(), "missing".into())
+                .await
+                .unwrap(),
+            None
+        );
+        // Variables.
+        assert_eq!(
+            variables::Host::get(&mut s, "node_env".into())
+                .await
+                .unwrap(),
+            "production"
+        );
+        assert!(matches!(
+            variables::Host::get(&mut s, "nope".into()).await,
+            Err(variables::Error::Undefined(_))
+        ));
+        assert!(matches!(
+            variables::Host::get(&mut s, "NODE_ENV".into()).await,
+            Err(variables::Error::InvalidName(_))
+        ));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn store_failures_are_error_values() {
+        let (mut s, dir) = state("fail", Some(1));
+        let st = key_value::HostStore::open(&mut s, "default".into())
+            .await
+            .unwrap();
+        assert!(matches!(
+            key_value::HostStore::get(&mut s, Resource::new_borrow(st.rep()), "a".into()).await,
+            Err(key_value::Error::Other(_))
+        ));
+        let bucket = wasi_kv::Host::open(&mut s, "default".into()).await.unwrap();
+        assert!(matches!(
+            s.increment(Resource::new_borrow(bucket.rep()), "n".into(), 1)
+                .await,
+            Err(wasi_kv::Error::Other(_))
+        ));
+        assert!(
+            atomics::HostCas::new(&mut s, Resource::new_borrow(bucket.rep()), "k".into())
+                .await
+                .is_err()
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,393 @@
+//! The Spin glue: the HTTP entry point and the ports over Spin's APIs.
+
+use std::cell::OnceCell;
+use std::collections::HashMap;
+
+use futures::{SinkExt, StreamExt};
+use spin_sdk::http::{
+    conversions::TryIntoOutgoingRequest, Fields, IncomingRequest, Method, OutgoingRequest,
+    OutgoingResponse, ResponseOutparam, Scheme,
+};
+use spin_sdk::http_component;
+use spin_sdk::key_value;
+use spin_sdk::wit::wasi::keyvalue::{atomics, batch, store as wasi_store};
+use tfa_core::outbox::HttpCall;
+use tfa_core::{
+    Config, Delivery, DeliveryError, Env, Request, Response, Rng, Service, Step, Store, StoreError,
+};
+
+use crate::util;
+
+/// The Spin key-value store label the service uses.
+const STORE_LABEL: &str = "default";
+
+#[http_component]
+async fn handle(req: IncomingRequest, out: ResponseOutparam) {
+    // 1–2. Settings.
+    let settings = util::collect_settings(
+        tfa_core::config::SETTING_NAMES,
+        |name| spin_sdk::variables::get(name).ok(),
+        |name| std::env::var(name).ok(),
+    );
+    let config = match Config::from_map(&settings) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tfa: refusing requests: {e}");
+            send(out, json_response(503, util::UNAVAILABLE_BODY)).await;
+            return;
+        }
+    };
+    let service = Service::new(config);
+
+    // 3. The request.
+    let request = match read_request(req).await {
+        Ok(r) => r,
+        Err(early) => {
+            send(out, early).await;
+            return;
+        }
+    };
+
+    // 4–5. Handle, performing deliveries until there is a reply.
+    let store = SpinStore::default();
+    let mut rng = WasiRng;
+    let reply = {
+        let mut env = Env {
+            store: &store,
+            rng: &mut rng,
+            now_ms: now_ms(),
+        };
+        let mut step = service.handle(&mut env, &request);
+        loop {
+            match step {
+                Step::Respond(reply) => break reply,
+                Step::Deliver(delivery, pending) => {
+                    let result = deliver(delivery).await;
+                    if let Err(e) = &result {
+                        eprintln!("tfa: delivery failed: {}", e.0);
+                    }
+                    let mut env = Env {
+                        store: &store,
+                        rng: &mut rng,
+                        now_ms: now_ms(),
+                    };
+                    step = service.resume(&mut env, pending, result);
+                }
+            }
+        }
+    };
+
+    // 6. Answer the client (the body is finished when `send` returns).
+    send(out, reply.response).await;
+
+    // 7. After-response effects: audit records, webhook fan-out and due
+    // retries, housekeeping; then the webhook calls, each result reported.
+    let mut env = Env {
+        store: &store,
+        rng: &mut rng,
+        now_ms: now_ms(),
+    };
+    let done = service.complete(&mut env, reply.effects);
+    for line in &done.log {
+        eprintln!("tfa: {line}");
+    }
+    for webhook in done.webhooks {
+        let result = http_status(webhook.call).await;
+        let mut env = Env {
+            store: &store,
+            rng: &mut rng,
+            now_ms: now_ms(),
+        };
+        for line in service.webhook_result(&mut env, &webhook.delivery_id, result) {
+            eprintln!("tfa: {line}");
+        }
+    }
+}
+
+/// The one place the component reads the clock.
+#[allow(clippy::disallowed_methods)] // core takes time as a parameter; the host reads it here.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn json_response(status: u16, body: &[u8]) -> Response {
+    Response {
+        status,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: body.to_vec(),
+    }
+}
+
+/// Turns the incoming request into core's shape, or an early answer.
+async fn read_request(req: IncomingRequest) -> Result<Request, Response> {
+    let method = req.method().to_string().to_ascii_uppercase();
+    let path = req.path_with_query().unwrap_or_else(|| "/".to_string());
+    let mut headers = Vec::new();
+    let mut peer = None;
+    for (name, value) in req.headers().entries() {
+        let value = String::from_utf8_lossy(&value).into_owned();
+        if name.eq_ignore_ascii_case("spin-client-addr") {
+            peer = Some(util::strip_port(&value));
+        } else if !name.to_ascii_lowercase().starts_with("spin-") {
+            headers.push((name, value));
+        }
+    }
+    let mut body = Vec::new();
+    let mut stream = req.into_body_stream();
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(bytes) => {
+                body.extend_from_slice(&bytes);
+                if body.len() > util::MAX_BODY {
+                    return Err(json_response(413, util::TOO_LARGE_BODY));
+                }
+            }
+            Err(e) => {
+                eprintln!("tfa: could not read the request body: {e}");
+                return Err(json_response(
+                    400,
+                    br#"{"success":false,"error":"Could not read request body"}"#,
+                ));
+            }
+        }
+    }
+    Ok(Request {
+        method,
+        path,
+        headers,
+        body,
+        peer,
+    })
+}
+
+/// Writes `response` to the client and finishes its body.
+async fn send(out: ResponseOutparam, mut response: Response) {
+    if util::status_has_body(response.status) && response.header_value("content-length").is_none() {
+        let len = response.body.len().to_string();
+        response.set_header("content-length", len);
+    }
+    let fields: Vec<(String, Vec<u8>)> = response
+        .headers
+        .iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.as_bytes().to_vec()))
+        .collect();
+    let (headers, body) = match Fields::from_list(&fields) {
+        Ok(h) => (h, response.body),
+        Err(e) => {
+            eprintln!("tfa: invalid response headers: {e:?}");
+            let body = br#"{"success":false,"error":"Internal server error"}"#.to_vec();
+            response.status = 500;
+            let h = Fields::from_list(&[
+                ("content-type".into(), b"application/json".to_vec()),
+                ("content-length".into(), body.len().to_string().into_bytes()),
+            ])
+            .unwrap_or_else(|_| Fields::new());
+            (h, body)
+        }
+    };
+    let outgoing = OutgoingResponse::new(headers);
+    if outgoing.set_status_code(response.status).is_err() {
+        let _ = outgoing.set_status_code(500);
+    }
+    // `take_body` is called once on a fresh response, so it cannot fail;
+    // dropping the sink finishes the body.
+    let mut sink = outgoing.take_body();
+    out.set(outgoing);
+    if let Err(e) = sink.send(body).await {
+        eprintln!("tfa: could not write the response body: {e}");
+    }
+    drop(sink);
+}
+
+// ---------------------------------------------------------------- deliveries
+
+async fn deliver(delivery: Delivery) -> Result<(), DeliveryError> {
+    match delivery {
+        Delivery::Sms(call) => send_http(call).await,
+        Delivery::Email(_) => Err(DeliveryError(
+            "SMTP transport is not available in this build yet".into(),
+        )),
+    }
+}
+
+/// Core's HTTP call, sent exactly as built (headers in order, explicit
+/// `Content-Length` kept).
+struct ExactCall(HttpCall);
+
+impl TryIntoOutgoingRequest for ExactCall {
+    type Error = String;
+
+    fn try_into_outgoing_request(self) -> Result<(OutgoingRequest, Option<Vec<u8>>), String> {
+        let call = self.0;
+        let url = util::split_url(&call.url)?;
+        let fields: Vec<(String, Vec<u8>)> = call
+            .headers
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.as_bytes().to_vec()))
+            .collect();
+        let headers =
+            Fields::from_list(&fields).map_err(|e| format!("invalid request headers: {e:?}"))?;
+        let request = OutgoingRequest::new(headers);
+        request
+            .set_method(&method_of(&call.method))
+            .map_err(|()| format!("invalid method {:?}", call.method))?;
+        request
+            .set_scheme(Some(if url.https {
+                &Scheme::Https
+            } else {
+                &Scheme::Http
+            }))
+            .map_err(|()| "invalid scheme".to_string())?;
+        request
+            .set_authority(Some(&url.authority))
+            .map_err(|()| format!("invalid authority {:?}", url.authority))?;
+        request
+            .set_path_with_query(Some(&url.path_with_query))
+            .map_err(|()| format!("invalid path {:?}", url.path_with_query))?;
+        Ok((request, Some(call.body)))
+    }
+}
+
+fn method_of(m: &str) -> Method {
+    match m.to_ascii_uppercase().as_str() {
+        "GET" => Method::Get,
+        "POST" => Method::Post,
+        "PUT" => Method::Put,
+        "DELETE" => Method::Delete,
+        "PATCH" => Method::Patch,
+        "HEAD" => Method::Head,
+        "OPTIONS" => Method::Options,
+        other => Method::Other(other.to_string()),
+    }
+}
+
+/// Sends a webhook call; the status of any answer, or why none came.
+async fn http_status(call: HttpCall) -> Result<u16, String> {
+    let target = call.url.split('?').next().unwrap_or("").to_string();
+    spin_sdk::http::send::<_, spin_sdk::http::Response>(ExactCall(call))
+        .await
+        .map(|r| *r.status())
+        .map_err(|e| format!("request to {target} failed: {e}"))
+}
+
+async fn send_http(call: HttpCall) -> Result<(), DeliveryError> {
+    let target = call.url.split('?').next().unwrap_or("").to_string();
+    let response: spin_sdk::http::Response = spin_sdk::http::send(ExactCall(call))
+        .await
+        .map_err(|e| DeliveryError(format!("request to {target} failed: {e}")))?;
+    let status = *response.status();
+    if (200..300).contains(&status) {
+        Ok(())
+    } else {
+        Err(DeliveryError(format!(
+            "{target} answered {status}: {}",
+            util::excerpt(response.body(), 200)
+        )))
+    }
+}
+
+// --------------------------------------------------------------------- ports
+
+/// Random bytes from `wasi:random`.
+struct WasiRng;
+
+impl Rng for WasiRng {
+    fn fill(&mut self, dest: &mut [u8]) {
+        let bytes = wasi::random::random::get_random_bytes(dest.len() as u64);
+        // The host returns exactly the length asked; copy defensively.
+        let n = bytes.len().min(dest.len());
+        dest[..n].copy_from_slice(&bytes[..n]);
+        if n < dest.len() {
+            for chunk in dest[n..].chunks_mut(8) {
+                let v = wasi::random::random::get_random_u64().to_le_bytes();
+                chunk.copy_from_slice(&v[..chunk.len()]);
+            }
+        }
+    }
+}
+
+/// [`Store`] over Spin's key-value store `default` (get/set/delete) and
+/// `wasi:keyvalue` (atomics, batch) opened on the same label. Both handles
+/// are opened on first use; an open failure is a [`StoreError`] on every call.
+#[derive(Default)]
+struct SpinStore {
+    kv: OnceCell<Result<key_value::Store, String>>,
+    bucket: OnceCell<Result<wasi_store::Bucket, String>>,
+}
+
+impl SpinStore {
+    fn kv(&self) -> Result<&key_value::Store, StoreError> {
+        self.kv
+            .get_or_init(|| {
+                key_value::Store::open(STORE_LABEL).map_err(|e| format!("open {STORE_LABEL}: {e}"))
+            })
+            .as_ref()
+            .map_err(|e| StoreError(e.clone()))
+    }
+
+    fn bucket(&self) -> Result<&wasi_store::Bucket, StoreError> {
+        self.bucket
+            .get_or_init(|| {
+                wasi_store::open(STORE_LABEL).map_err(|e| format!("open {STORE_LABEL}: {e}"))
+            })
+            .as_ref()
+            .map_err(|e| StoreError(e.clone()))
+    }
+}
+
+fn kv_err(e: key_value::Error) -> StoreError {
+    StoreError(format!("key-value: {e}"))
+}
+
+fn wasi_err(e: wasi_store::Error) -> StoreError {
+    StoreError(format!("wasi:keyvalue: {e}"))
+}
+
+impl Store for SpinStore {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.kv()?.get(key).map_err(kv_err)
+    }
+
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.kv()?.set(key, value).map_err(kv_err)
+    }
+
+    fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.kv()?.delete(key).map_err(kv_err)
+    }
+
+    fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let found = batch::get_many(self.bucket()?, keys).map_err(wasi_err)?;
+        // Hosts differ on whether missing keys are listed; look each one up.
+        let mut by_key: HashMap<String, Option<Vec<u8>>> = found.into_iter().collect();
+        Ok(keys
+            .iter()
+            .map(|k| by_key.get_mut(k).and_then(|v| v.clone()))
+            .collect())
+    }
+
+    fn increment(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+        atomics::increment(self.bucket()?, key, delta).map_err(wasi_err)
+    }
+
+    fn compare_and_swap(&self, key: &str, old: &[u8], new: &[u8]) -> Result<bool, StoreError> {
+        let cas = atomics::Cas::new(self.bucket()?, key).map_err(wasi_err)?;
+        match cas.current().map_err(wasi_err)? {
+            Some(current) if current == old => {}
+            // Missing or different: no swap. (Spin's own SQLite store would
+            // write a missing key unconditionally; core never relies on that.)
+            _ => return Ok(false),
+        }
+        match atomics::swap(cas, new) {
+            Ok(()) => Ok(true),
+            Err(atomics::CasError::CasFailed(_)) => Ok(false),
+            Err(atomics::CasError::StoreError(e)) => Err(wasi_err(e)),
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! Target-independent helpers of the host driver.
+
+use std::collections::BTreeMap;
+
+/// The largest request body the service reads (64 KiB).
+pub const MAX_BODY: usize = 65536;
+
+/// The answer when the settings cannot be used.
+pub const UNAVAILABLE_BODY: &[u8] = br#"{"success":false,"error":"Service unavailable"}"#;
+
+/// The answer when the request body is larger than [`MAX_BODY`].
+pub const TOO_LARGE_BODY: &[u8] = br#"{"success":false,"error":"Request body too large"}"#;
+
+/// Collects the settings: for each specification name, `variable(lower-case
+/// name)` first, then `env(NAME)`. Empty (or blank) values count as unset.
+pub fn collect_settings(
+    names: &[&str],
+    mut variable: impl FnMut(&str) -> Option<String>,
+    mut env: impl FnMut(&str) -> Option<String>,
+) -> BTreeMap<String, String> {
+    let mut map = BTreeMap::new();
+    for name in names {
+        let value = variable(&name.to_ascii_lowercase())
+            .filter(|v| !v.trim().is_empty())
+            .or_else(|| env(name).filter(|v| !v.trim().is_empty()));
+        if let Some(v) = value {
+            map.insert((*name).to_string(), v);
+        }
+    }
+    map
+}
+
+/// The IP of a `host:port` peer address (`[v6]:port`, `v4:port`, or a bare
+/// address without port).
+pub fn strip_port(addr: &str) -> String {
+    let addr = addr.trim();
+    if let Some(rest) = addr.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or("").to_string();
+    }
+    match addr.rsplit_once(':') {
+        // Exactly one colon: IPv4 or a host name with a port.
+        Some((host, port)) if !host.contains(':') && port.chars().all(|c| c.is_ascii_digit()) => {
+            host.to_string()
+        }
+        _ => addr.to_string(),
+    }
+}
+
+/// The parts of an absolute `http(s)` URL as `wasi:http` wants them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UrlParts {
+    /// `true` for `https`.
+    pub https: bool,
+    /// `host[:port]`.
+    pub authority: String,
+    /// Path and query, starting with `/`.
+    pub path_with_query: String,
+}
+
+/// Splits an absolute `http://` or `https://` URL.
+pub fn split_url(url: &str) -> Result<UrlParts, String> {
+    let (https, rest) = if let Some(r) = url.strip_prefix("https://") {
+        (true, r)
+    } else if let Some(r) = url.strip_prefix("http://") {
+        (false, r)
+    } else {
+        return Err(format!("not an http(s) URL: {url:?}"));
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    if authority.is_empty() || authority.contains('@') {
+        return Err(format!("unsupported authority in URL {url:?}"));
+    }
+    let mut path = rest[end..].split('#').next().unwrap_or("").to_string();
+    if !path.starts_with('/') {
+        path.insert(0, '/');
+    }
+    Ok(UrlParts {
+        https,
+        authority: authority.to_string(),
+        path_with_query: path,
+    })
+}
+
+/// At most `max` characters of a response body, lossily decoded, on one line.
+pub fn excerpt(body: &[u8], max: usize) -> String {
+    let text = String::from_utf8_lossy(body);
+    let mut out: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(max)
+        .collect();
+    if text.chars().count() > max {
+        out.push('…');
+    }
+    out
+}
+
+/// Whether a response with this status may carry a body (and so a
+/// `Content-Length`).
+pub fn status_has_body(status: u16) -> bool {
+    !(status < 200 || status == 204 || status == 304)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_prefer_variables_and_skip_empty() {
+        let names = ["A_B", "C", "D", "E"];
+        let vars = |n: &str| match n {
+            "a_b" => Some("var".to_string()),
+            "c" => Some(" ".to_string()),
+            _ => None,
+        };
+        let env = |n: &str| match n {
+            "A_B" => Some("env".to_string()),
+            "C" => Some("env-c".to_string()),
+            "D" => Some(String::new()),
+            _ => None,
+        };
+        let m = collect_settings(&names, vars, env);
+        assert_eq!(m.get("A_B").map(String::as_str), Some("var"));
+        assert_eq!(m.get("C").map(String::as_str), Some("env-c"));
+        assert!(!m.contains_key("D"));
+        assert!(!m.contains_key("E"));
+    }
+
+    #[test]
+    fn peer_ports_are_stripped() {
+        assert_eq!(strip_port("127.0.0.1:5000"), "127.0.0.1");
+        assert_eq!(strip_port("[::1]:5000"), "::1");
+        assert_eq!(strip_port("::1"), "::1");
+        assert_eq!(strip_port("10.0.0.1"), "10.0.0.1");
+    }
+
+    #[test]
+    fn urls_split() {
+        let p = split_url("https://api.twilio.com/2010-04-01/Accounts/AC1/Messages.json").unwrap();
+        assert!(p.https);
+        assert_eq!(p.authority, "api.twilio.com");
+        assert_eq!(p.path_with_query, "/2010-04-01/Accounts/AC1/Messages.json");
+        let p = split_url("http://127.0.0.1:8080?x=1").unwrap();
+        assert!(!p.https);
+        assert_eq!(p.authority, "127.0.0.1:8080");
+        assert_eq!(p.path_with_query, "/?x=1");
+        assert!(split_url("ftp://x").is_err());
+        assert!(split_url("http://u@h/").is_err());
+    }
+
+    #[test]
+    fn excerpts_are_short_single_lines() {
+        assert_eq!(excerpt(b"ab\ncd", 10), "ab cd");
+        assert_eq!(excerpt(b"abcdef", 3), "abc…");
+    }
+}
