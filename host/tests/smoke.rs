@@ -39,6 +39,20 @@ fn component() -> PathBuf {
         "smoke: {} is missing; building the component…",
         built.display()
     );
+    // The target may be missing on a fresh machine.
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2"))
+        .unwrap_or(true);
+    if !installed {
+        let ok = Command::new("rustup")
+            .args(["target", "add", "wasm32-wasip2"])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "rustup target add wasm32-wasip2 failed");
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .args([
