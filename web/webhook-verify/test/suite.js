@@ -377,11 +377,13 @@ export function makeCases({ api, subtle, vectors }) {
 export async function runCases(cases) {
   const results = [];
   for (const { name, run } of cases) {
+    const start = Date.now();
     try {
       await run();
-      results.push({ name, ok: true });
+      results.push({ name, ok: true, ms: Date.now() - start });
     } catch (error) {
-      results.push({ name, ok: false, error: String((error && error.stack) || error) });
+      const ms = Date.now() - start;
+      results.push({ name, ok: false, ms, error: String((error && error.stack) || error) });
     }
   }
   return results;
