@@ -84,6 +84,9 @@ function withInputs(parts, extra, run) {
     );
   }
   const exports = wasm;
+  if (!exports) {
+    throw new Error('webhook-verify: the WebAssembly instance is being re-created; retry');
+  }
   const base = exports.alloc(total) >>> 0;
   if (base === 0) {
     throw new RangeError(
@@ -106,12 +109,25 @@ function withInputs(parts, extra, run) {
       // Cannot happen by design (the Rust side never panics and reserves
       // memory before calling core); if it does, the instance's state is
       // suspect, so replace it rather than reuse it.
-      wasm = new WebAssembly.Instance(wasmModule, {}).exports;
+      replaceInstance();
       throw new Error('webhook-verify: internal WebAssembly failure', { cause: error });
     }
     throw error;
   } finally {
     if (exports === wasm) exports.dealloc(base, total);
+  }
+}
+
+// A fresh instance of the same module: synchronously where the engine
+// allows it, else asynchronously (calls meanwhile throw a plain Error).
+function replaceInstance() {
+  try {
+    wasm = new WebAssembly.Instance(wasmModule, {}).exports;
+  } catch {
+    wasm = null;
+    WebAssembly.instantiate(wasmModule, {}).then((instance) => {
+      wasm = instance.exports;
+    });
   }
 }
 
