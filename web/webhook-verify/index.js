@@ -72,7 +72,7 @@ function describe(value) {
 }
 
 // Copies `parts` into one fresh block of wasm memory followed by `extra`
-// bytes, calls `run(args, extraPtr)` with `[ptr, len, ptr, len, ...]`, and
+// bytes, calls `run(exports, [ptr, len, ptr, len, ...], extraPtr)`, and
 // frees the block. The block is as big as the inputs: memory grows as
 // needed, and a block that cannot be had is a RangeError.
 function withInputs(parts, extra, run) {
