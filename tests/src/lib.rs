@@ -5,12 +5,15 @@
 //! Artefacts: the test script builds them once and passes their paths
 //! (`TFA_COMPONENT_WASM`, `TFA_HOST_BIN`); when a variable is unset the
 //! artefact is built here, once per test binary, with the same command.
+//! [`proxy_wasm_host`] (with [`filter_build`]) serves the filter tests.
 
 #![allow(clippy::disallowed_methods)] // tests measure wall time for their timeouts
 
 pub mod api;
 pub mod client;
+pub mod filter_build;
 pub mod procs;
+pub mod proxy_wasm_host;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
