@@ -1,20 +1,135 @@
-//! Audit records (the records themselves; persisting happens after the response).
+//! Audit records: built during a request, persisted after the response.
+//!
+//! Records are kept per user as `audit:{uid}:{n}` with `n` from the atomic
+//! counter `auditn:{uid}`, so the newest are found without listing keys.
+//! Events with no known user (a login for an unknown name) go under the user
+//! id `-`. A record never carries a secret, a code or a token: handlers put
+//! only ids, method names and reasons in `details`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::context::{Ctx, Outcome};
+use crate::error::ApiError;
+use crate::ports::Env;
+use crate::ratelimit;
+use crate::sessions::{self, Access};
+use crate::web;
+
+/// Every action name the service records.
+pub const ACTIONS: &[&str] = &[
+    "register",
+    "login_success",
+    "login_failed",
+    "logout",
+    "token_refreshed",
+    "sessions_revoked",
+    "2fa_setup_started",
+    "2fa_enabled",
+    "2fa_disabled",
+    "2fa_verified",
+    "2fa_failed",
+    "code_sent",
+    "backup_code_used",
+    "backup_codes_regenerated",
+    "trusted_device_added",
+    "trusted_device_removed",
+    "api_key_created",
+    "api_key_revoked",
+    "webhook_created",
+    "webhook_deleted",
+    "rate_limited",
+];
 
 /// One audit record.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct AuditRecord {
+    /// Record id.
+    pub id: String,
     /// Owner of the record (user id), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub user_id: Option<String>,
-    /// Action name from the decisions' list.
+    /// Action name from [`ACTIONS`].
     pub action: String,
     /// Whether the action succeeded.
     pub success: bool,
     /// Client address.
-    pub ip_address: Option<String>,
+    pub ip_address: String,
     /// Client user agent.
-    pub user_agent: Option<String>,
-    /// Extra JSON details; never secrets, codes or tokens.
-    pub details: String,
-    /// Unix time in milliseconds.
-    pub created_ms: u64,
+    pub user_agent: String,
+    /// Extra details; never secrets, codes or tokens.
+    pub details: Value,
+    /// ISO 8601 time.
+    pub created_at: String,
+}
+
+/// Writes `record` to the store.
+pub fn persist(env: &mut Env, record: &AuditRecord) -> Result<(), ApiError> {
+    let owner = record.user_id.as_deref().unwrap_or("-");
+    let n = env.store.increment(&format!("auditn:{owner}"), 1)?;
+    crate::records::save(env.store, &format!("audit:{owner}:{n}"), record)
+}
+
+/// Default and largest page of `GET /audit-log`.
+pub const PAGE_DEFAULT: u64 = 50;
+/// Largest page.
+pub const PAGE_MAX: u64 = 100;
+
+/// `GET /audit-log?limit=&cursor=`: the caller's records, newest first.
+/// `nextCursor` is an opaque string to pass back as `cursor`, or null at the
+/// end.
+pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
+    let auth = sessions::authenticate(ctx, Access::Scope("audit:read"))?;
+    ctx.limit(ratelimit::DEFAULT, &ctx.ip.clone())?;
+    let limit = match ctx.req.query("limit") {
+        None => PAGE_DEFAULT,
+        Some(v) => v
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (1..=PAGE_MAX).contains(n))
+            .ok_or_else(|| ApiError::validation("limit must be a whole number from 1 to 100"))?,
+    };
+    let newest = ctx
+        .env
+        .store
+        .increment(&format!("auditn:{}", auth.user.id), 0)?
+        .max(0) as u64;
+    let start = match ctx.req.query("cursor") {
+        None => newest,
+        Some(c) => c
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n <= newest)
+            .ok_or_else(|| ApiError::validation("cursor is not valid"))?,
+    };
+    let end = start.saturating_sub(limit);
+    let keys: Vec<String> = (end + 1..=start)
+        .rev()
+        .map(|n| format!("audit:{}:{n}", auth.user.id))
+        .collect();
+    let events: Vec<serde_json::Value> = ctx
+        .env
+        .store
+        .get_many(&keys)?
+        .into_iter()
+        .flatten()
+        .filter_map(|raw| serde_json::from_slice::<AuditRecord>(&raw).ok())
+        .map(|r| {
+            serde_json::json!({
+                "id": r.id,
+                "action": r.action,
+                "success": r.success,
+                "ipAddress": r.ip_address,
+                "userAgent": r.user_agent,
+                "details": r.details,
+                "createdAt": r.created_at,
+            })
+        })
+        .collect();
+    let next = (end > 0).then(|| end.to_string());
+    Ok(Outcome::Done(web::ok(
+        200,
+        serde_json::json!({ "events": events, "nextCursor": next }),
+    )))
 }

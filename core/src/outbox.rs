@@ -96,10 +96,34 @@ pub struct DeliveryError(pub String);
 /// Work that happens after the response has been sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    /// An audit record to persist.
+    /// An audit record to persist ([`crate::Service::complete`] does it).
     Audit(crate::audit::AuditRecord),
+    /// A line for the operator's log only (never shown to the client).
+    Log(String),
+    /// An event for the user's webhooks ([`crate::Service::complete`] fans it
+    /// out into deliveries).
+    Event {
+        /// Whose hooks.
+        user_id: String,
+        /// Event name.
+        event: String,
+        /// The payload's `data`.
+        data: serde_json::Value,
+    },
+    /// A webhook delivery already recorded, to attempt after the response.
+    Webhook(crate::webhooks::WebhookCall),
+}
+
+/// What a host does after the response: log these lines, then attempt each
+/// webhook call and report it with [`crate::Service::webhook_result`].
+#[derive(Debug, Default)]
+pub struct Completion {
+    /// Lines for the operator's log.
+    pub log: Vec<String>,
+    /// Webhook deliveries to attempt now.
+    pub webhooks: Vec<crate::webhooks::WebhookCall>,
 }
 
 /// State carried across a [`Delivery`]; opaque to hosts.
 #[derive(Debug)]
-pub struct Pending(pub(crate) crate::otp::PendingSend);
+pub struct Pending(pub(crate) Box<crate::context::Suspended>);

@@ -85,3 +85,24 @@ impl Env<'_> {
         b
     }
 }
+
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        (**self).get(key)
+    }
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        (**self).set(key, value)
+    }
+    fn delete(&self, key: &str) -> Result<(), StoreError> {
+        (**self).delete(key)
+    }
+    fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        (**self).get_many(keys)
+    }
+    fn increment(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+        (**self).increment(key, delta)
+    }
+    fn compare_and_swap(&self, key: &str, old: &[u8], new: &[u8]) -> Result<bool, StoreError> {
+        (**self).compare_and_swap(key, old, new)
+    }
+}

@@ -1,0 +1,128 @@
+//! Removal of expired records without ever listing keys.
+//!
+//! Whoever creates something that expires (a rate-limit window, a temp-token
+//! counter, a session, a trusted device, an account lock) schedules it here:
+//! the key goes into the time bucket after its expiry (5-minute buckets, a
+//! counter `hk:n:{bucket}` and entries `hk:e:{bucket}:{n}`). [`tick`], run by
+//! [`crate::Service::complete`] after each response, sweeps at most a few due
+//! buckets per call:
+//!
+//! 1. read the pointer `hk:ptr` (the last swept bucket); nothing is due when
+//!    it is the current bucket — the common case costs one read;
+//! 2. claim the next bucket with `increment(hk:c:{b})`; only the caller that
+//!    gets 1 sweeps it;
+//! 3. delete each entry's key: counters unconditionally, records only when
+//!    their own `expMs` has passed (a session whose expiry moved on refresh
+//!    has a later entry too);
+//! 4. advance the pointer with compare-and-swap and drop the bucket's keys.
+//!
+//! Every request ticks, so a deployment whose traffic stops sweeps later; a
+//! scheduler that wants expired keys gone on time can call
+//! `GET {base}/health/live` every few minutes.
+
+use crate::error::ApiError;
+use crate::ports::Env;
+
+/// Bucket length.
+pub const BUCKET_MS: u64 = 5 * 60 * 1000;
+/// Buckets swept by one tick at most.
+pub const MAX_BUCKETS_PER_TICK: u64 = 8;
+const PTR: &str = "hk:ptr";
+
+fn bucket_after(exp_ms: u64) -> u64 {
+    exp_ms / BUCKET_MS + 1
+}
+
+fn schedule(env: &mut Env, entry: String, exp_ms: u64) -> Result<(), ApiError> {
+    let b = bucket_after(exp_ms);
+    let n = env.store.increment(&format!("hk:n:{b}"), 1)?;
+    env.store.set(&format!("hk:e:{b}:{n}"), entry.as_bytes())?;
+    Ok(())
+}
+
+/// Schedules the counter at `key` for deletion after `exp_ms`.
+pub fn schedule_counter(env: &mut Env, key: &str, exp_ms: u64) -> Result<(), ApiError> {
+    schedule(env, format!("c|{key}"), exp_ms)
+}
+
+/// Schedules the JSON record at `key` (which has an `expMs` field) for
+/// deletion once that field is in the past.
+pub fn schedule_record(env: &mut Env, key: &str, exp_ms: u64) -> Result<(), ApiError> {
+    schedule(env, format!("r|{key}"), exp_ms)
+}
+
+/// Sweeps due buckets (at most [`MAX_BUCKETS_PER_TICK`]). Returns how many
+/// keys were deleted.
+pub fn tick(env: &mut Env) -> Result<usize, ApiError> {
+    let current = env.now_ms / BUCKET_MS;
+    let raw = env.store.get(PTR)?;
+    let Some(raw) = raw else {
+        env.store.set(PTR, current.to_string().as_bytes())?;
+        return Ok(0);
+    };
+    let mut ptr: u64 = std::str::from_utf8(&raw)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(current);
+    let mut old = raw;
+    let mut removed = 0;
+    for _ in 0..MAX_BUCKETS_PER_TICK {
+        let next = match ptr.checked_add(1) {
+            Some(n) if n <= current => n,
+            _ => break,
+        };
+        let claim = format!("hk:c:{next}");
+        if env.store.increment(&claim, 1)? == 1 {
+            removed += sweep(env, next)?;
+        }
+        let new = next.to_string().into_bytes();
+        let advanced = env.store.compare_and_swap(PTR, &old, &new)?;
+        env.store.delete(&claim)?;
+        if !advanced {
+            break;
+        }
+        ptr = next;
+        old = new;
+    }
+    Ok(removed)
+}
+
+fn sweep(env: &mut Env, bucket: u64) -> Result<usize, ApiError> {
+    let count_key = format!("hk:n:{bucket}");
+    let n = env.store.increment(&count_key, 0)?.max(0) as u64;
+    let mut removed = 0;
+    let mut i = 1;
+    while i <= n {
+        let end = (i + 99).min(n);
+        let keys: Vec<String> = (i..=end).map(|k| format!("hk:e:{bucket}:{k}")).collect();
+        let entries = env.store.get_many(&keys)?;
+        for (entry_key, entry) in keys.iter().zip(entries) {
+            if let Some(entry) = entry.as_deref().and_then(|e| std::str::from_utf8(e).ok()) {
+                if let Some(key) = entry.strip_prefix("c|") {
+                    env.store.delete(key)?;
+                    removed += 1;
+                } else if let Some(key) = entry.strip_prefix("r|") {
+                    if record_expired(env, key)? {
+                        env.store.delete(key)?;
+                        removed += 1;
+                    }
+                }
+            }
+            env.store.delete(entry_key)?;
+        }
+        i = end + 1;
+    }
+    env.store.delete(&count_key)?;
+    Ok(removed)
+}
+
+fn record_expired(env: &mut Env, key: &str) -> Result<bool, ApiError> {
+    let Some(bytes) = env.store.get(key)? else {
+        return Ok(false);
+    };
+    let exp = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v.get("expMs").and_then(|e| e.as_u64()));
+    // A record without a readable expiry is left alone.
+    Ok(exp.is_some_and(|e| e <= env.now_ms))
+}

@@ -1,0 +1,125 @@
+//! Helpers shared by the scenario tests: a harness per test, and the steps
+//! every flow starts with (register, enable TOTP, log in).
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use tfa_core::crypto::totp;
+use tfa_core::testing::Harness;
+use tfa_core::{Request, Response, Store};
+
+pub const PASSWORD: &str = "Str0ng!Passw0rd";
+
+pub fn post(path: &str, body: Value) -> Request {
+    Request::new("POST", &format!("/api{path}")).json(&body.to_string())
+}
+
+pub fn get(path: &str) -> Request {
+    Request::new("GET", &format!("/api{path}"))
+}
+
+pub fn delete(path: &str) -> Request {
+    Request::new("DELETE", &format!("/api{path}"))
+}
+
+pub fn bearer(req: Request, token: &str) -> Request {
+    req.header("Authorization", &format!("Bearer {token}"))
+}
+
+/// The `data` of a success envelope; panics with the body otherwise.
+pub fn data(resp: &Response) -> Value {
+    let v = resp.json();
+    assert_eq!(
+        v["success"],
+        json!(true),
+        "expected success, got {} {v}",
+        resp.status
+    );
+    v["data"].clone()
+}
+
+/// Asserts a failure envelope with `status` and exactly `message`.
+pub fn assert_error(resp: &Response, status: u16, message: &str) {
+    let v = resp.json();
+    assert_eq!(resp.status, status, "body: {v}");
+    assert_eq!(v, json!({ "success": false, "error": message }));
+}
+
+pub struct User {
+    pub id: String,
+    pub email: String,
+    pub username: String,
+    pub access: String,
+    pub refresh: String,
+}
+
+/// Registers `name` (e-mail `{name}@example.com`) from its own IP so that the
+/// per-IP register limit never interferes.
+pub fn register<S: Store>(h: &mut Harness<S>, name: &str) -> User {
+    let email = format!("{name}@example.com");
+    let resp = h.call(
+        post(
+            "/auth/register",
+            json!({ "email": email, "username": name, "password": PASSWORD }),
+        )
+        .peer(&format!("198.51.100.{}", name.len() % 250 + 1)),
+    );
+    assert_eq!(resp.status, 201, "{}", String::from_utf8_lossy(&resp.body));
+    let d = data(&resp);
+    User {
+        id: d["user"]["id"].as_str().unwrap().to_string(),
+        email,
+        username: name.to_string(),
+        access: d["accessToken"].as_str().unwrap().to_string(),
+        refresh: d["refreshToken"].as_str().unwrap().to_string(),
+    }
+}
+
+pub fn totp_code(secret_b32: &str, unix_secs: u64) -> String {
+    let raw = totp::base32_decode(secret_b32).unwrap();
+    totp::code_at_step(&raw, unix_secs / 30, totp::TotpAlgorithm::Sha1, 6)
+}
+
+pub fn now_secs<S: Store>(h: &Harness<S>) -> u64 {
+    h.now_ms / 1000
+}
+
+/// Sets up and verifies TOTP; returns (secret, backup codes).
+pub fn enable_totp<S: Store>(h: &mut Harness<S>, user: &User) -> (String, Vec<String>) {
+    let resp = h.call(bearer(post("/2fa/totp/setup", json!({})), &user.access));
+    let d = data(&resp);
+    let secret = d["secret"].as_str().unwrap().to_string();
+    let backups: Vec<String> = d["backupCodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect();
+    let code = totp_code(&secret, now_secs(h));
+    let resp = h.call(bearer(
+        post("/2fa/totp/verify-setup", json!({ "code": code })),
+        &user.access,
+    ));
+    assert_eq!(data(&resp), json!({ "enabled": true, "method": "totp" }));
+    // Let the step used for enrolment pass, so login codes are fresh.
+    h.advance_secs(30);
+    (secret, backups)
+}
+
+/// Logs in with the password; returns the response.
+pub fn login<S: Store>(h: &mut Harness<S>, ident: &str, ip: &str) -> Response {
+    h.call(
+        post(
+            "/auth/login",
+            json!({ "emailOrUsername": ident, "password": PASSWORD }),
+        )
+        .peer(ip),
+    )
+}
+
+/// Logs in a 2FA user and returns the temp token.
+pub fn temp_token<S: Store>(h: &mut Harness<S>, user: &User, ip: &str) -> String {
+    let resp = login(h, &user.email, ip);
+    let d = data(&resp);
+    assert_eq!(d["requiresTwoFactor"], json!(true));
+    d["tempToken"].as_str().unwrap().to_string()
+}

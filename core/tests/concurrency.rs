@@ -1,0 +1,272 @@
+//! Concurrent requests through the interleaving store: state changes that
+//! must happen once happen once.
+
+mod common;
+
+use std::sync::{Arc, Barrier};
+
+use common::*;
+use serde_json::json;
+use tfa_core::testing::{test_config, Harness, InterleavingStore, MemoryStore, SeededRng, T0_MS};
+use tfa_core::{Env, Request, Response, Service, Step};
+
+/// Runs `reqs` at once, one thread each, all against `store`.
+fn concurrently(
+    service: &Arc<Service>,
+    store: &Arc<InterleavingStore<MemoryStore>>,
+    now_ms: u64,
+    reqs: Vec<Request>,
+) -> Vec<Response> {
+    let barrier = Arc::new(Barrier::new(reqs.len()));
+    let handles: Vec<_> = reqs
+        .into_iter()
+        .enumerate()
+        .map(|(i, req)| {
+            let (service, store, barrier) = (service.clone(), store.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut rng = SeededRng::new(1000 + i as u64);
+                let mut env = Env {
+                    store: &*store,
+                    rng: &mut rng,
+                    now_ms,
+                };
+                barrier.wait();
+                let Step::Respond(reply) = service.handle(&mut env, &req) else {
+                    panic!("no delivery expected")
+                };
+                service.complete(&mut env, reply.effects);
+                reply.response
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("no panic"))
+        .collect()
+}
+
+type Shared = Arc<InterleavingStore<MemoryStore>>;
+
+fn shared_harness() -> (Harness<Shared>, Shared, Arc<Service>) {
+    let store = Arc::new(InterleavingStore::new(MemoryStore::new()));
+    let h = Harness::with(test_config(&[]), store.clone());
+    (h, store, Arc::new(Service::new(test_config(&[]))))
+}
+
+#[test]
+fn fifty_concurrent_uses_of_one_backup_code_give_one_success() {
+    let (mut h, store, service) = shared_harness();
+    let email = "alice@example.com";
+    let resp = h.call(post(
+        "/auth/register",
+        json!({ "email": email, "username": "alice", "password": PASSWORD }),
+    ));
+    let access = data(&resp)["accessToken"].as_str().unwrap().to_string();
+    let setup = data(&h.call(bearer(post("/2fa/totp/setup", json!({})), &access)));
+    let secret = setup["secret"].as_str().unwrap().to_string();
+    let code = setup["backupCodes"][0].as_str().unwrap().to_string();
+    let resp = h.call(bearer(
+        post(
+            "/2fa/totp/verify-setup",
+            json!({ "code": totp_code(&secret, h.now_ms / 1000) }),
+        ),
+        &access,
+    ));
+    assert_eq!(resp.status, 200);
+    // 50 temp tokens, from 50 addresses (limits are per IP).
+    let temps: Vec<String> = (0..50)
+        .map(|i| {
+            let resp = h.call(
+                post(
+                    "/auth/login",
+                    json!({ "emailOrUsername": email, "password": PASSWORD }),
+                )
+                .peer(&format!("10.1.{}.{}", i / 5, i % 5)),
+            );
+            data(&resp)["tempToken"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let reqs = temps
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            post(
+                "/2fa/verify-backup-code",
+                json!({ "tempToken": t, "backupCode": code }),
+            )
+            .peer(&format!("10.2.{}.{}", i / 5, i % 5))
+        })
+        .collect();
+    let responses = concurrently(&service, &store, h.now_ms, reqs);
+    let ok: Vec<_> = responses.iter().filter(|r| r.status == 200).collect();
+    assert_eq!(ok.len(), 1, "exactly one success");
+    assert_eq!(ok[0].json()["data"]["remainingCodes"], 9);
+    // The others are refused as reuse, or, once 20 of them have failed, by
+    // the account lock.
+    let mut reused = 0;
+    for r in responses.iter().filter(|r| r.status != 200) {
+        if r.status == 429 {
+            assert_error(r, 429, "Too many requests. Please try again later.");
+        } else {
+            assert_error(r, 400, "This backup code has already been used");
+            reused += 1;
+        }
+    }
+    assert!(
+        reused >= 19,
+        "at least 19 reuses answered before the lock: {reused}"
+    );
+    assert_eq!(
+        data(&h.call(bearer(get("/2fa/backup-codes/count"), &access))),
+        json!({ "remaining": 9, "total": 10 })
+    );
+}
+
+#[test]
+fn twenty_concurrent_registrations_of_one_email_give_one_user() {
+    let (mut h, store, service) = shared_harness();
+    let reqs = (0..20)
+        .map(|i| {
+            post("/auth/register", json!({ "email": "Same@Example.com", "username": format!("user{i}"), "password": PASSWORD }))
+                .peer(&format!("10.3.0.{i}"))
+        })
+        .collect();
+    let responses = concurrently(&service, &store, T0_MS, reqs);
+    let created: Vec<_> = responses.iter().filter(|r| r.status == 201).collect();
+    assert_eq!(created.len(), 1);
+    for r in responses.iter().filter(|r| r.status != 201) {
+        assert_error(r, 409, "Email already registered");
+    }
+    let winner = created[0].json()["data"]["user"]["username"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let resp = h.call(post(
+        "/auth/login",
+        json!({ "emailOrUsername": "same@example.com", "password": PASSWORD }),
+    ));
+    assert_eq!(data(&resp)["user"]["username"], winner.as_str());
+    // The losers' usernames were released.
+    let loser = (0..20)
+        .map(|i| format!("user{i}"))
+        .find(|n| *n != winner)
+        .unwrap();
+    let resp = h.call(
+        post(
+            "/auth/register",
+            json!({ "email": "other@example.com", "username": loser, "password": PASSWORD }),
+        )
+        .peer("10.4.0.1"),
+    );
+    assert_eq!(resp.status, 201);
+    // Only one user record exists.
+    let users = store
+        .inner()
+        .keys()
+        .into_iter()
+        .filter(|k| k.starts_with("user:"))
+        .count();
+    assert_eq!(users, 2);
+}
+
+#[test]
+fn thirty_concurrent_logins_from_one_ip_give_exactly_five_answers() {
+    let (mut h, store, service) = shared_harness();
+    h.call(post(
+        "/auth/register",
+        json!({ "email": "bob@example.com", "username": "bob", "password": PASSWORD }),
+    ));
+    let reqs = (0..30)
+        .map(|_| {
+            post(
+                "/auth/login",
+                json!({ "emailOrUsername": "bob", "password": PASSWORD }),
+            )
+            .peer("10.5.0.1")
+        })
+        .collect();
+    let responses = concurrently(&service, &store, h.now_ms, reqs);
+    let not_limited: Vec<_> = responses.iter().filter(|r| r.status != 429).collect();
+    assert_eq!(not_limited.len(), 5);
+    assert!(not_limited.iter().all(|r| r.status == 200));
+}
+
+#[test]
+fn concurrent_uses_of_one_totp_code_give_one_success() {
+    let (mut h, store, service) = shared_harness();
+    let resp = h.call(post(
+        "/auth/register",
+        json!({ "email": "carol@example.com", "username": "carol", "password": PASSWORD }),
+    ));
+    let access = data(&resp)["accessToken"].as_str().unwrap().to_string();
+    let setup = data(&h.call(bearer(post("/2fa/totp/setup", json!({})), &access)));
+    let secret = setup["secret"].as_str().unwrap().to_string();
+    h.call(bearer(
+        post(
+            "/2fa/totp/verify-setup",
+            json!({ "code": totp_code(&secret, h.now_ms / 1000) }),
+        ),
+        &access,
+    ));
+    h.advance_secs(30);
+    let temps: Vec<String> = (0..10)
+        .map(|i| {
+            let resp = h.call(
+                post(
+                    "/auth/login",
+                    json!({ "emailOrUsername": "carol", "password": PASSWORD }),
+                )
+                .peer(&format!("10.6.0.{i}")),
+            );
+            data(&resp)["tempToken"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let code = totp_code(&secret, h.now_ms / 1000);
+    let reqs = temps
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            post("/2fa/verify", json!({ "tempToken": t, "code": code }))
+                .peer(&format!("10.7.0.{i}"))
+        })
+        .collect();
+    let responses = concurrently(&service, &store, h.now_ms, reqs);
+    assert_eq!(responses.iter().filter(|r| r.status == 200).count(), 1);
+}
+
+#[test]
+fn concurrent_refreshes_with_one_token_never_leave_two_live_tokens() {
+    let (mut h, store, service) = shared_harness();
+    let resp = h.call(post(
+        "/auth/register",
+        json!({ "email": "dan@example.com", "username": "dan", "password": PASSWORD }),
+    ));
+    let refresh = data(&resp)["refreshToken"].as_str().unwrap().to_string();
+    let reqs = (0..8)
+        .map(|i| {
+            post("/auth/refresh", json!({ "refreshToken": refresh })).peer(&format!("10.8.0.{i}"))
+        })
+        .collect();
+    let responses = concurrently(&service, &store, h.now_ms, reqs);
+    let winners: Vec<String> = responses
+        .iter()
+        .filter(|r| r.status == 200)
+        .map(|r| {
+            r.json()["data"]["refreshToken"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(winners.len() <= 1, "one rotation at most");
+    // Whatever happened, at most one refresh token works afterwards.
+    let live = winners
+        .iter()
+        .filter(|t| {
+            h.call(post("/auth/refresh", json!({ "refreshToken": t })).peer("10.9.0.1"))
+                .status
+                == 200
+        })
+        .count();
+    assert!(live <= 1);
+}

@@ -1,0 +1,128 @@
+//! Settings: names, defaults, production checks.
+
+use tfa_core::config::{Config, SETTING_NAMES};
+use tfa_core::outbox::SmtpTls;
+
+fn parse(pairs: &[(&str, &str)]) -> Result<Config, String> {
+    Config::from_map(&Config::map_of(pairs.iter().copied())).map_err(|e| e.0)
+}
+
+const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+const C: &str = "cccccccccccccccccccccccccccccccccccccccc";
+const D: &str = "dddddddddddddddddddddddddddddddddddddddd";
+
+fn prod(overrides: &[(&'static str, &'static str)]) -> Result<Config, String> {
+    let mut pairs = vec![
+        ("NODE_ENV", "production"),
+        ("JWT_ACCESS_SECRET", A),
+        ("JWT_REFRESH_SECRET", B),
+        ("TEMP_TOKEN_SECRET", C),
+        ("DEVICE_TOKEN_SECRET", D),
+    ];
+    pairs.extend_from_slice(overrides);
+    parse(&pairs)
+}
+
+#[test]
+fn defaults() {
+    let c = parse(&[]).unwrap();
+    assert_eq!(c.port, 3001);
+    assert_eq!(c.base_path, "/api");
+    assert!(!c.production && c.rate_limit_enabled && !c.trust_proxy);
+    assert_eq!(c.totp_issuer, "TwoFactorAuth");
+    assert_eq!(
+        (
+            c.argon2.memory_kib,
+            c.argon2.iterations,
+            c.argon2.parallelism
+        ),
+        (19456, 2, 1)
+    );
+    assert!(c.twilio.is_none() && c.email.is_none());
+    assert_eq!(
+        c.warnings.len(),
+        4,
+        "one warning per generated secret: {:?}",
+        c.warnings
+    );
+    assert!(
+        SETTING_NAMES.contains(&"JWT_ACCESS_SECRET") && SETTING_NAMES.contains(&"EMAIL_SERVICE")
+    );
+}
+
+#[test]
+fn production_refuses_bad_secrets() {
+    assert!(prod(&[]).is_ok());
+    assert_eq!(
+        prod(&[("TEMP_TOKEN_SECRET", "")]).unwrap_err(),
+        "TEMP_TOKEN_SECRET is required in production"
+    );
+    assert_eq!(
+        prod(&[("JWT_REFRESH_SECRET", "short")]).unwrap_err(),
+        "JWT_REFRESH_SECRET must be at least 32 characters"
+    );
+    assert_eq!(
+        prod(&[("DEVICE_TOKEN_SECRET", A)]).unwrap_err(),
+        "DEVICE_TOKEN_SECRET must differ from JWT_ACCESS_SECRET"
+    );
+    // Outside production the same problems are warnings.
+    let c = parse(&[
+        ("JWT_ACCESS_SECRET", "short"),
+        ("JWT_REFRESH_SECRET", "short"),
+    ])
+    .unwrap();
+    assert!(c.warnings.iter().any(|w| w.contains("must differ")));
+}
+
+#[test]
+fn bad_values_name_the_setting() {
+    assert_eq!(
+        parse(&[("PORT", "http")]).unwrap_err(),
+        "PORT must be a whole number in range"
+    );
+    assert_eq!(
+        parse(&[("RATE_LIMIT_ENABLED", "maybe")]).unwrap_err(),
+        "RATE_LIMIT_ENABLED must be true or false"
+    );
+    assert!(parse(&[("API_BASE_PATH", "api")]).is_err());
+    assert!(parse(&[("ARGON2_ITERATIONS", "0")]).is_err());
+    assert!(parse(&[("TWILIO_ACCOUNT_SID", "AC1")])
+        .unwrap_err()
+        .contains("together"));
+    assert!(parse(&[("EMAIL_SERVICE", "carrier-pigeon")])
+        .unwrap_err()
+        .contains("EMAIL_SERVICE"));
+    assert!(parse(&[("EMAIL_HOST", "smtp.example.com")])
+        .unwrap_err()
+        .contains("EMAIL_FROM"));
+}
+
+#[test]
+fn email_presets_and_tls() {
+    let c = parse(&[
+        ("EMAIL_SERVICE", "Gmail"),
+        ("EMAIL_USER", "me@gmail.com"),
+        ("EMAIL_PASSWORD", "pw"),
+    ])
+    .unwrap();
+    let e = c.email.unwrap();
+    assert_eq!(
+        (e.host.as_str(), e.port, e.tls),
+        ("smtp.gmail.com", 465, SmtpTls::Implicit)
+    );
+    assert_eq!(e.from, "me@gmail.com");
+    assert_eq!(e.auth, Some(("me@gmail.com".into(), "pw".into())));
+    let c = parse(&[
+        ("EMAIL_HOST", "mail.example.com"),
+        ("EMAIL_FROM", "x@example.com"),
+    ])
+    .unwrap();
+    let e = c.email.unwrap();
+    assert_eq!(
+        (e.port, e.tls, e.auth),
+        (587, SmtpTls::StartTlsIfOffered, None)
+    );
+    let c = parse(&[("CORS_ORIGINS", "https://a.example, https://b.example/ ,")]).unwrap();
+    assert_eq!(c.cors_origins, ["https://a.example", "https://b.example"]);
+}
