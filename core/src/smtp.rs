@@ -264,7 +264,7 @@ impl Capabilities {
         // The first line is the server's name and greeting.
         for line in lines.iter().skip(1) {
             let upper = line.to_ascii_uppercase();
-            let mut words = upper.split(|c: char| c == ' ' || c == '=');
+            let mut words = upper.split([' ', '=']);
             match words.next() {
                 Some("STARTTLS") => caps.starttls = true,
                 Some("AUTH") => {
@@ -743,7 +743,7 @@ fn parse_mailbox(raw: &str, what: &str) -> Result<Mailbox, SmtpError> {
             return Err(bad("has a display name longer than 200 characters"));
         }
     }
-    check_address(addr).map_err(|why| bad(why))?;
+    check_address(addr).map_err(bad)?;
     Ok(Mailbox {
         name,
         addr: addr.to_string(),
