@@ -68,6 +68,7 @@ impl Server {
             .stderr(stderr)
             .spawn()
             .unwrap_or_else(|e| {
+                let _ = std::fs::remove_dir_all(&dir);
                 panic!(
                     "cannot run {} ({e}): run scripts/test-smtp.sh, which installs what these tests need",
                     python()
@@ -88,6 +89,7 @@ impl Server {
             let _ = child.kill();
             let _ = child.wait();
             let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+            let _ = std::fs::remove_dir_all(&dir);
             panic!(
                 "the SMTP test server did not start (is aiosmtpd installed? run scripts/test-smtp.sh):\n{log}"
             );
