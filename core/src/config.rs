@@ -32,6 +32,7 @@ pub const SETTING_NAMES: &[&str] = &[
     "EMAIL_USER",
     "EMAIL_PASSWORD",
     "EMAIL_FROM",
+    "EMAIL_TLS_CA_PEM",
     "TOTP_ISSUER",
     "JWT_ISSUER",
     "JWT_AUDIENCE",
@@ -93,6 +94,11 @@ pub struct EmailConfig {
     pub auth: Option<(String, String)>,
     /// Sender address.
     pub from: String,
+    /// `EMAIL_TLS_CA_PEM`: PEM certificates trusted for the SMTP server's TLS
+    /// in addition to the public roots (a private CA, or a test server's).
+    /// Literal `\n` sequences in the setting stand for line breaks, for
+    /// platforms whose variables cannot hold several lines.
+    pub extra_ca_pem: Option<String>,
 }
 
 /// Parsed settings.
@@ -367,6 +373,16 @@ impl Config {
         if from.contains(['\r', '\n']) {
             return Err(ConfigError("EMAIL_FROM must be one line".to_string()));
         }
+        let extra_ca_pem = get(vars, "EMAIL_TLS_CA_PEM").map(|pem| pem.replace("\\n", "\n"));
+        if extra_ca_pem
+            .as_ref()
+            .is_some_and(|pem| !pem.contains("-----BEGIN CERTIFICATE-----"))
+        {
+            return Err(ConfigError(
+                "EMAIL_TLS_CA_PEM must hold PEM certificates (-----BEGIN CERTIFICATE-----)"
+                    .to_string(),
+            ));
+        }
         Ok(Some(EmailConfig {
             host,
             port,
@@ -377,6 +393,7 @@ impl Config {
             },
             auth,
             from,
+            extra_ca_pem,
         }))
     }
 

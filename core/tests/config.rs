@@ -123,6 +123,25 @@ fn email_presets_and_tls() {
         (e.port, e.tls, e.auth),
         (587, SmtpTls::StartTlsIfOffered, None)
     );
+    assert_eq!(e.extra_ca_pem, None);
     let c = parse(&[("CORS_ORIGINS", "https://a.example, https://b.example/ ,")]).unwrap();
     assert_eq!(c.cors_origins, ["https://a.example", "https://b.example"]);
+}
+
+#[test]
+fn email_extra_ca_pem() {
+    let base = [("EMAIL_HOST", "127.0.0.1"), ("EMAIL_FROM", "x@example.com")];
+    let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    let c = parse(&[base[0], base[1], ("EMAIL_TLS_CA_PEM", pem)]).unwrap();
+    assert_eq!(c.email.unwrap().extra_ca_pem.as_deref(), Some(pem.trim()));
+    // One-line form with literal \n.
+    let one_line = pem.trim().replace('\n', "\\n");
+    let c = parse(&[base[0], base[1], ("EMAIL_TLS_CA_PEM", &one_line)]).unwrap();
+    assert_eq!(c.email.unwrap().extra_ca_pem.as_deref(), Some(pem.trim()));
+    assert!(
+        parse(&[base[0], base[1], ("EMAIL_TLS_CA_PEM", "not a pem")])
+            .unwrap_err()
+            .contains("EMAIL_TLS_CA_PEM")
+    );
+    assert!(SETTING_NAMES.contains(&"EMAIL_TLS_CA_PEM"));
 }

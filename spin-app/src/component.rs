@@ -37,6 +37,7 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
             return;
         }
     };
+    let email_ca = config.email.as_ref().and_then(|e| e.extra_ca_pem.clone());
     let service = Service::new(config);
 
     // 3. The request.
@@ -62,7 +63,7 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
             match step {
                 Step::Respond(reply) => break reply,
                 Step::Deliver(delivery, pending) => {
-                    let result = deliver(delivery).await;
+                    let result = deliver(delivery, email_ca.as_deref(), &mut rng).await;
                     if let Err(e) = &result {
                         eprintln!("tfa: delivery failed: {}", e.0);
                     }
@@ -204,12 +205,24 @@ async fn send(out: ResponseOutparam, mut response: Response) {
 
 // ---------------------------------------------------------------- deliveries
 
-async fn deliver(delivery: Delivery) -> Result<(), DeliveryError> {
+async fn deliver(
+    delivery: Delivery,
+    email_ca: Option<&str>,
+    rng: &mut WasiRng,
+) -> Result<(), DeliveryError> {
     match delivery {
         Delivery::Sms(call) => send_http(call).await,
-        Delivery::Email(_) => Err(DeliveryError(
-            "SMTP transport is not available in this build yet".into(),
-        )),
+        Delivery::Email(message) => crate::smtp::send(&message, email_ca, &stamp(rng)),
+    }
+}
+
+/// The time and random bytes core's SMTP client needs for one message.
+fn stamp(rng: &mut WasiRng) -> tfa_core::smtp::Stamp {
+    let mut random = [0u8; 32];
+    rng.fill(&mut random);
+    tfa_core::smtp::Stamp {
+        unix_secs: now_ms() / 1000,
+        random,
     }
 }
 

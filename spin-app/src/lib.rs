@@ -21,8 +21,8 @@
 //!    on the same store), the rng (`wasi:random`) and the clock (read once).
 //! 5. **While the step is `Step::Deliver`**, perform the delivery (an SMS is
 //!    sent as the exact HTTP request core built, over Spin outbound HTTP;
-//!    e-mail over SMTP is not available in this build yet and reports a
-//!    delivery error) and call `Service::resume` with its result.
+//!    an e-mail goes over SMTP through `wasi:sockets` and rustls, see
+//!    `smtp.rs`) and call `Service::resume` with its result.
 //! 6. **Write the reply's response** and finish its body, so the client has
 //!    its answer.
 //! 7. **Then run the after-response effects** with `Service::complete`.
@@ -37,3 +37,5 @@ pub mod util;
 
 #[cfg(target_arch = "wasm32")]
 mod component;
+#[cfg(target_arch = "wasm32")]
+mod smtp;
