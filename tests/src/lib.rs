@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod client;
+pub mod fake;
 pub mod filter_build;
 pub mod procs;
 pub mod proxy_wasm_host;
