@@ -46,8 +46,8 @@ impl HostPattern {
         let scheme = scheme.to_ascii_lowercase();
         let scheme = match scheme.as_str() {
             "*" => None,
-            "http" | "https" => Some(scheme),
-            _ => return Err(format!("{raw:?}: scheme must be http, https or *")),
+            "http" | "https" | "tcp" => Some(scheme),
+            _ => return Err(format!("{raw:?}: scheme must be http, https, tcp or *")),
         };
         let rest = rest.trim_end_matches('/');
         if rest.contains('/') || rest.is_empty() {
@@ -135,6 +135,15 @@ impl AllowList {
             return false;
         };
         self.patterns.iter().any(|p| p.matches(&scheme, host, port))
+    }
+
+    /// Whether a TCP connection to `addr` may be opened (`tcp://` patterns,
+    /// or `*://`, matched against the IP address as Spin does).
+    pub fn allows_tcp(&self, addr: &std::net::SocketAddr) -> bool {
+        let ip = addr.ip().to_string();
+        self.patterns
+            .iter()
+            .any(|p| p.scheme.as_deref().is_none_or(|s| s == "tcp") && p.matches("tcp", &ip, addr.port()))
     }
 
     /// The patterns, for the start-up log.

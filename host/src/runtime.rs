@@ -101,15 +101,22 @@ pub struct HostState {
 impl HostState {
     /// Fresh state for one request.
     pub fn new(shared: &Arc<Shared>) -> HostState {
+        let allow = shared.allow.clone();
         let wasi = WasiCtx::builder()
             .envs(&shared.env)
             .inherit_stdout()
             .inherit_stderr()
-            // No sockets and no files: the component talks to the world
-            // through wasi:http and the key-value store only.
-            .allow_tcp(false)
+            // No files and no UDP. Outbound TCP (SMTP) only to the
+            // `tcp://` entries of the allow-list, checked by IP address and
+            // port as Spin does; name lookups are allowed for them.
+            .allow_tcp(true)
             .allow_udp(false)
-            .allow_ip_name_lookup(false)
+            .allow_ip_name_lookup(true)
+            .socket_addr_check(move |addr, use_| {
+                let ok = matches!(use_, wasmtime_wasi::sockets::SocketAddrUse::TcpConnect)
+                    && allow.allows_tcp(&addr);
+                Box::pin(async move { ok })
+            })
             .build();
         HostState {
             wasi,
@@ -522,7 +529,8 @@ pub fn engine() -> anyhow::Result<Engine> {
 }
 
 /// Links every import the component uses: WASI 0.2 (cli, clocks, random,
-/// io, and the rest of the command world, with sockets and files denied),
+/// io, sockets for SMTP limited by the allow-list, and the rest of the
+/// command world, with files denied),
 /// wasi:http types + outgoing handler, Spin key-value and variables,
 /// wasi:keyvalue store/atomics/batch.
 pub fn linker(engine: &Engine) -> anyhow::Result<Linker<HostState>> {
