@@ -274,6 +274,23 @@ pub fn refresh(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let new_jti = util::random_hex(ctx.env, 16);
     let now = ctx.now_ms();
     let exp_ms = now.checked_add(REFRESH_MS).ok_or(ApiError::Internal)?;
+    // Everything that can fail comes before the rotation: once the new jti
+    // is stored, only its tokens remain to be issued (no store access), so
+    // a failing store can never leave a rotated session whose new refresh
+    // token the client did not get (its old one would then count as reuse
+    // and end the session). Extending the schedule and the user's reference
+    // first is harmless if the rotation then does not happen.
+    housekeeping::schedule_record(ctx.env, &key(&sid), exp_ms)?;
+    records::update(
+        ctx.env.store,
+        &format!("user:{}", claims.sub),
+        |u: &mut UserRecord| {
+            for r in u.sessions.iter_mut().filter(|r| r.id == sid) {
+                r.exp_ms = r.exp_ms.max(exp_ms);
+            }
+            Ok(())
+        },
+    )?;
     let rotated = records::update(ctx.env.store, &key(&sid), |s: &mut SessionRecord| {
         if !crate::crypto::codes::ct_eq(s.jti.as_bytes(), presented.as_bytes()) {
             return Ok(None);
@@ -295,17 +312,6 @@ pub fn refresh(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         );
         return Err(ApiError::InvalidRefreshToken);
     };
-    housekeeping::schedule_record(ctx.env, &key(&sid), exp_ms)?;
-    records::update(
-        ctx.env.store,
-        &format!("user:{}", claims.sub),
-        |u: &mut UserRecord| {
-            for r in u.sessions.iter_mut().filter(|r| r.id == sid) {
-                r.exp_ms = exp_ms;
-            }
-            Ok(())
-        },
-    )?;
     let tokens = issue(ctx, &keys, &session);
     ctx.audit(
         Some(&claims.sub),
