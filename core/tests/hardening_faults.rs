@@ -479,3 +479,44 @@ fn faults_in_webhook_create() {
         },
     );
 }
+
+#[test]
+fn faults_in_housekeeping() {
+    // A sweep interrupted by the store must not lose its bucket: once the
+    // store is back, everything that expired is still removed.
+    for n in 1..=1000 {
+        let mut h = fresh();
+        let _ = register(&mut h, "alice");
+        assert!(h
+            .store
+            .inner()
+            .keys()
+            .iter()
+            .any(|k| k.starts_with("claim:")));
+        h.advance_secs(20 * 60);
+        h.store.fail_after(n);
+        h.call(get("/health/live"));
+        let ops = h.store.ops();
+        h.store.disarm();
+        h.advance_secs(6 * 60);
+        for _ in 0..3 {
+            h.call(get("/health/live"));
+        }
+        let left: Vec<String> = h
+            .store
+            .inner()
+            .keys()
+            .into_iter()
+            .filter(|k| k.starts_with("claim:") || k.starts_with("rl:register:"))
+            .collect();
+        assert_eq!(
+            left,
+            Vec::<String>::new(),
+            "N={n}: expired keys left behind"
+        );
+        if ops < n {
+            return;
+        }
+    }
+    panic!("housekeeping: more than 1000 store operations");
+}
