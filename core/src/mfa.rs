@@ -138,14 +138,15 @@ enum Spend {
     Backup(String),
     /// This TOTP time step.
     TotpStep(u64),
-    /// Nothing more (an SMS / e-mail code, spent when it was checked).
-    Nothing,
+    /// This SMS / e-mail login code.
+    Code(crate::records::OtpCode),
 }
 
 /// Exchanges the temp token (once) for a session with `mfa` set, spending
 /// `spend` in the same compare-and-swap of the user record that links the
 /// session: either both happen or neither does, so a store that fails at any
-/// point never leaves a backup code or TOTP step spent without a session.
+/// point never leaves a backup code, TOTP step or SMS / e-mail code spent
+/// without a session.
 /// Returns the tokens and the number of backup codes left.
 ///
 /// Order: claim the temp token (`ttu:{jti}`), store the new session record
@@ -180,7 +181,10 @@ fn exchange(
                     u.totp_last_step = Some(*step);
                     0
                 }
-                Spend::Nothing => 0,
+                Spend::Code(code) => {
+                    otp::spend_login_code(u, code, now)?;
+                    0
+                }
             };
             sessions::link(u, &session, now);
             Ok(left)
@@ -197,9 +201,10 @@ fn exchange(
             if matches!(e, ApiError::InvalidCode | ApiError::BackupCodeUsed) {
                 // Lost a race for the code: this token may try again.
                 ctx.env.store.increment(&used_key, -1)?;
-                let method = match spend {
+                let method = match &spend {
                     Spend::Backup(_) => "backup",
-                    _ => "totp",
+                    Spend::TotpStep(_) => "totp",
+                    Spend::Code(c) => c.method.as_str(),
                 };
                 record_failure(ctx, &claims.sub, method)?;
             }
@@ -240,11 +245,9 @@ pub fn verify(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     if only.is_none_or(|m| m == "totp") {
         spend = totp::matching_step(ctx, &user, &code)?.map(Spend::TotpStep);
     }
-    if spend.is_none()
-        && only != Some("totp")
-        && otp::check_login(ctx, &user.id, only.and_then(otp::channel_of), &code)?
-    {
-        spend = Some(Spend::Nothing);
+    if spend.is_none() && only != Some("totp") {
+        spend = otp::login_match(ctx, &user.id, only.and_then(otp::channel_of), &code)?
+            .map(Spend::Code);
     }
     let Some(spend) = spend else {
         record_failure(ctx, &user.id, only.unwrap_or("any"))?;

@@ -61,6 +61,7 @@ fn sweep<C>(
         check(&mut h, &c, &resp);
         if !failed {
             assert_eq!(resp.status, success, "{name} without failures: {v}");
+            eprintln!("{name}: {} failure points", n - 1);
             return Swept { points: n };
         }
     }
@@ -519,4 +520,60 @@ fn faults_in_housekeeping() {
         }
     }
     panic!("housekeeping: more than 1000 store operations");
+}
+
+#[test]
+fn faults_in_login_then_sms_verify() {
+    sweep(
+        "login + SMS verify",
+        |h| {
+            let u = register(h, "alice");
+            let resp = h.call(bearer(
+                post("/2fa/sms/setup", json!({ "phoneNumber": "+15551234567" })),
+                &u.access,
+            ));
+            assert_eq!(resp.status, 200, "{}", resp.json());
+            let code = h.last_code().unwrap();
+            let resp = h.call(bearer(
+                post("/2fa/sms/verify-setup", json!({ "code": code })),
+                &u.access,
+            ));
+            assert_eq!(resp.status, 200, "{}", resp.json());
+            let temp = temp_token(h, &u, "192.0.2.1");
+            let resp = h.call(post(
+                "/2fa/send-code",
+                json!({ "tempToken": temp, "method": "sms" }),
+            ));
+            assert_eq!(resp.status, 200, "{}", resp.json());
+            (u, temp, h.last_code().unwrap())
+        },
+        |h, (_, temp, code)| {
+            h.call(post(
+                "/2fa/verify",
+                json!({ "tempToken": temp, "code": code, "method": "sms" }),
+            ))
+        },
+        200,
+        |h, (u, _, code), resp| {
+            let sessions = session_count(h, &u.access);
+            if resp.status == 200 {
+                assert_eq!(sessions, 2);
+                return;
+            }
+            // The code is unspent and no session was made: a new login
+            // takes the same code.
+            assert_eq!(sessions, 1);
+            let temp = temp_token(h, u, "192.0.2.9");
+            let again = h.call(post(
+                "/2fa/verify",
+                json!({ "tempToken": temp, "code": code, "method": "sms" }),
+            ));
+            assert_eq!(
+                again.status,
+                200,
+                "the SMS code was spent without a session: {}",
+                again.json()
+            );
+        },
+    );
 }
