@@ -39,32 +39,50 @@ pub fn set_of(hashes: Vec<String>) -> BackupSet {
     }
 }
 
-/// Uses backup code `input` of `user_id`. Returns the number of codes left.
-/// A malformed or unknown code is `InvalidCode`, a used one `BackupCodeUsed`.
-pub fn consume(ctx: &mut Ctx, user_id: &str, input: &str) -> Result<usize, ApiError> {
+/// The stored hash of backup code `input` of `user`, if it is an unused code
+/// of the user's set; reads only (the code is spent by [`mark_used`] inside
+/// the compare-and-swap that also links the new session). A malformed or
+/// unknown code is `InvalidCode`, a used one `BackupCodeUsed`.
+pub fn check(ctx: &mut Ctx, user: &UserRecord, input: &str) -> Result<String, ApiError> {
     let code = codes::normalize_backup_code(input).ok_or(ApiError::InvalidCode)?;
-    let hash = codes::keyed_hash(&ctx.keys()?.backup, user_id, &code);
-    records::update(
-        ctx.env.store,
-        &format!("user:{user_id}"),
-        |u: &mut UserRecord| {
-            let set = u.backup.as_mut().ok_or(ApiError::InvalidCode)?;
-            // Compare against every slot without stopping early.
-            let mut found = None;
-            for (i, slot) in set.codes.iter().enumerate() {
-                if codes::ct_eq(slot.hash.as_bytes(), hash.as_bytes()) {
-                    found = Some(i);
-                }
-            }
-            let i = found.ok_or(ApiError::InvalidCode)?;
-            if set.codes[i].used {
-                return Err(ApiError::BackupCodeUsed);
-            }
-            set.codes[i].used = true;
-            Ok(set.codes.iter().filter(|c| !c.used).count())
-        },
-    )?
-    .ok_or(ApiError::InvalidTempToken)
+    let hash = codes::keyed_hash(&ctx.keys()?.backup, &user.id, &code);
+    let set = user.backup.as_ref().ok_or(ApiError::InvalidCode)?;
+    if slot_of(set, &hash).ok_or(ApiError::InvalidCode)?.used {
+        return Err(ApiError::BackupCodeUsed);
+    }
+    Ok(hash)
+}
+
+/// The slot holding `hash`, comparing against every slot without stopping
+/// early.
+fn slot_of<'s>(set: &'s BackupSet, hash: &str) -> Option<&'s BackupSlot> {
+    let mut found = None;
+    for slot in &set.codes {
+        if codes::ct_eq(slot.hash.as_bytes(), hash.as_bytes()) {
+            found = Some(slot);
+        }
+    }
+    found
+}
+
+/// Marks the code with `hash` used in `u` (inside a compare-and-swap);
+/// returns the number of codes left. `InvalidCode` when the set no longer
+/// holds it (replaced meanwhile), `BackupCodeUsed` when another request
+/// spent it first.
+pub fn mark_used(u: &mut UserRecord, hash: &str) -> Result<usize, ApiError> {
+    let set = u.backup.as_mut().ok_or(ApiError::InvalidCode)?;
+    let mut found = None;
+    for (i, slot) in set.codes.iter().enumerate() {
+        if codes::ct_eq(slot.hash.as_bytes(), hash.as_bytes()) {
+            found = Some(i);
+        }
+    }
+    let i = found.ok_or(ApiError::InvalidCode)?;
+    if set.codes[i].used {
+        return Err(ApiError::BackupCodeUsed);
+    }
+    set.codes[i].used = true;
+    Ok(set.codes.iter().filter(|c| !c.used).count())
 }
 
 /// `POST /2fa/backup-codes/generate`: a new set; earlier codes stop working.

@@ -192,7 +192,10 @@ impl Config {
     /// In production, refuses missing, short (< 32 characters) or repeated
     /// secrets.
     pub fn from_map(vars: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
-        let production = get(vars, "NODE_ENV") == Some("production");
+        // Any spelling of "production" selects the strict mode: a typo in case
+        // must not quietly start a production deployment with generated secrets.
+        let production =
+            get(vars, "NODE_ENV").is_some_and(|v| v.eq_ignore_ascii_case("production"));
         let mut warnings = Vec::new();
         let secrets = SECRET_NAMES.map(|n| get(vars, n).map(str::to_string));
         for (i, name) in SECRET_NAMES.iter().enumerate() {

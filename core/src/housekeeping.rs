@@ -9,8 +9,10 @@
 //!
 //! 1. read the pointer `hk:ptr` (the last swept bucket); nothing is due when
 //!    it is the current bucket — the common case costs one read;
-//! 2. claim the next bucket with `increment(hk:c:{b})`; only the caller that
-//!    gets 1 sweeps it;
+//! 2. claim the next bucket with `increment(hk:c:{b}:{current})`; only the
+//!    caller that gets 1 sweeps it (and it alone advances the pointer); a
+//!    claim of an interrupted sweep lapses with the current bucket, so the
+//!    bucket is swept again in the next window instead of being skipped;
 //! 3. delete each entry's key: counters unconditionally, records only when
 //!    their own `expMs` has passed (a session whose expiry moved on refresh
 //!    has a later entry too);
@@ -71,10 +73,16 @@ pub fn tick(env: &mut Env) -> Result<usize, ApiError> {
             Some(n) if n <= current => n,
             _ => break,
         };
-        let claim = format!("hk:c:{next}");
-        if env.store.increment(&claim, 1)? == 1 {
-            removed += sweep(env, next)?;
+        // The claim is scoped to the current bucket: a sweeper that died
+        // half-way (its store failed) blocks the bucket only until the next
+        // five-minute window, when another caller sweeps it again (deletes
+        // are idempotent). Only the sweeper advances the pointer, so a
+        // bucket is never skipped.
+        let claim = format!("hk:c:{next}:{current}");
+        if env.store.increment(&claim, 1)? != 1 {
+            break;
         }
+        removed += sweep(env, next)?;
         let new = next.to_string().into_bytes();
         let advanced = env.store.compare_and_swap(PTR, &old, &new)?;
         env.store.delete(&claim)?;

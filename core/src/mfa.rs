@@ -132,14 +132,99 @@ fn begin(ctx: &mut Ctx, token: &str) -> Result<(Claims, UserRecord), ApiError> {
     Ok((claims, user))
 }
 
-/// Exchanges the temp token (once) for a session with `mfa` set.
-fn exchange(ctx: &mut Ctx, claims: &Claims) -> Result<sessions::Tokens, ApiError> {
+/// What a successful verification spends.
+enum Spend {
+    /// The backup code with this stored hash.
+    Backup(String),
+    /// This TOTP time step.
+    TotpStep(u64),
+    /// This SMS / e-mail login code.
+    Code(crate::records::OtpCode),
+}
+
+/// Exchanges the temp token (once) for a session with `mfa` set, spending
+/// `spend` in the same compare-and-swap of the user record that links the
+/// session: either both happen or neither does, so a store that fails at any
+/// point never leaves a backup code, TOTP step or SMS / e-mail code spent
+/// without a session.
+/// Returns the tokens and the number of backup codes left.
+///
+/// Order: claim the temp token (`ttu:{jti}`), store the new session record
+/// (unreachable until linked: no token names it), then the compare-and-swap.
+/// When the store fails before the compare-and-swap, the code is unspent and
+/// the temp token is used up (the user logs in again). When another request
+/// spent the code first, the temp token is given back and the attempt counts
+/// as a failure.
+fn exchange(
+    ctx: &mut Ctx,
+    claims: &Claims,
+    spend: Spend,
+) -> Result<(sessions::Tokens, usize), ApiError> {
+    let keys = ctx.keys()?;
     let jti = claims.jti.clone().unwrap_or_default();
-    if ctx.env.store.increment(&format!("ttu:{jti}"), 1)? != 1 {
+    let used_key = format!("ttu:{jti}");
+    if ctx.env.store.increment(&used_key, 1)? != 1 {
         return Err(ApiError::InvalidTempToken);
     }
-    ctx.env.store.delete(&format!("mfafail:{}", claims.sub))?;
-    sessions::create(ctx, &claims.sub, true)
+    let session = sessions::prepare(ctx, &claims.sub, true)?;
+    let now = ctx.now_ms();
+    let linked = records::update(
+        ctx.env.store,
+        &format!("user:{}", claims.sub),
+        |u: &mut UserRecord| {
+            let left = match &spend {
+                Spend::Backup(hash) => backup::mark_used(u, hash)?,
+                Spend::TotpStep(step) => {
+                    if u.totp_last_step.is_some_and(|last| *step <= last) {
+                        return Err(ApiError::InvalidCode);
+                    }
+                    u.totp_last_step = Some(*step);
+                    0
+                }
+                Spend::Code(code) => {
+                    otp::spend_login_code(u, code, now)?;
+                    0
+                }
+            };
+            sessions::link(u, &session, now);
+            Ok(left)
+        },
+    );
+    let left = match linked {
+        Ok(Some(left)) => left,
+        Ok(None) => {
+            sessions::discard(ctx, &session);
+            return Err(ApiError::InvalidTempToken);
+        }
+        Err(e) => {
+            sessions::discard(ctx, &session);
+            if matches!(e, ApiError::InvalidCode | ApiError::BackupCodeUsed) {
+                // Lost a race for the code: this token may try again.
+                ctx.env.store.increment(&used_key, -1)?;
+                let method = match &spend {
+                    Spend::Backup(_) => "backup",
+                    Spend::TotpStep(_) => "totp",
+                    Spend::Code(c) => c.method.as_str(),
+                };
+                record_failure(ctx, &claims.sub, method)?;
+            }
+            return Err(e);
+        }
+    };
+    // The session is issued: from here on nothing may turn this into an
+    // error, or the client would lose a session its code has paid for.
+    if ctx
+        .env
+        .store
+        .delete(&format!("mfafail:{}", claims.sub))
+        .is_err()
+    {
+        ctx.log(format!(
+            "failure counter of user {} not reset (store unavailable)",
+            claims.sub
+        ));
+    }
+    Ok((sessions::issue(ctx, &keys, &session), left))
 }
 
 /// `POST /2fa/verify`.
@@ -156,25 +241,34 @@ pub fn verify(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     if !user.two_factor_enabled {
         return Err(ApiError::NoMethod);
     }
-    let mut ok = false;
-    if only.is_none_or(|m| m == "totp") && user.method("totp").is_some() {
-        ok = totp::check_login(ctx, &user.id, &code)?;
+    let mut spend = None;
+    if only.is_none_or(|m| m == "totp") {
+        spend = totp::matching_step(ctx, &user, &code)?.map(Spend::TotpStep);
     }
-    if !ok && only != Some("totp") {
-        ok = otp::check_login(ctx, &user.id, only.and_then(otp::channel_of), &code)?;
+    if spend.is_none() && only != Some("totp") {
+        spend = otp::login_match(ctx, &user.id, only.and_then(otp::channel_of), &code)?
+            .map(Spend::Code);
     }
-    if !ok {
+    let Some(spend) = spend else {
         record_failure(ctx, &user.id, only.unwrap_or("any"))?;
         return Err(ApiError::InvalidCode);
-    }
-    let tokens = exchange(ctx, &claims)?;
+    };
+    let (tokens, _) = exchange(ctx, &claims, spend)?;
     let mut data = json!({
         "accessToken": tokens.access,
         "refreshToken": tokens.refresh,
         "user": user_json(&user),
     });
     if trust {
-        data["deviceToken"] = json!(devices::trust(ctx, &user.id, name)?);
+        // The session is issued already: a device that cannot be stored is
+        // left out of the answer rather than failing it.
+        match devices::trust(ctx, &user.id, name) {
+            Ok(t) => data["deviceToken"] = json!(t),
+            Err(e) => ctx.log(format!(
+                "trusted device for user {} not stored: {e:?}",
+                user.id
+            )),
+        }
     }
     ctx.audit(
         Some(&user.id),
@@ -196,15 +290,15 @@ pub fn verify_backup(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         return Err(ApiError::validation("backupCode is too long"));
     }
     let (claims, user) = begin(ctx, &token)?;
-    let remaining = match backup::consume(ctx, &user.id, &code) {
-        Ok(n) => n,
+    let hash = match backup::check(ctx, &user, &code) {
+        Ok(hash) => hash,
         Err(e @ (ApiError::InvalidCode | ApiError::BackupCodeUsed)) => {
             record_failure(ctx, &user.id, "backup")?;
             return Err(e);
         }
         Err(e) => return Err(e),
     };
-    let tokens = exchange(ctx, &claims)?;
+    let (tokens, remaining) = exchange(ctx, &claims, Spend::Backup(hash))?;
     ctx.audit(
         Some(&user.id),
         "backup_code_used",

@@ -324,15 +324,17 @@ enum Check {
 }
 
 /// Tries `code` against the outstanding codes of `user_id` for `purpose`
-/// (and `only` that channel, when given). A match is removed (single use); a
-/// miss counts one try against each code tried, and a code out of tries is
-/// removed.
+/// (and `only` that channel, when given). A match is removed (single use)
+/// when `spend`, else left for the caller to spend with [`spend_login_code`];
+/// a miss counts one try against each code tried, and a code out of tries
+/// is removed.
 fn check(
     ctx: &mut Ctx,
     user_id: &str,
     purpose: Purpose,
     only: Option<Channel>,
     code: &str,
+    spend: bool,
 ) -> Result<Check, ApiError> {
     let hashes = [Channel::Sms, Channel::Email]
         .into_iter()
@@ -363,7 +365,12 @@ fn check(
                 }
             }
             if let Some(i) = matched {
-                return Ok(Check::Matched(u.codes.remove(i)));
+                let c = if spend {
+                    u.codes.remove(i)
+                } else {
+                    u.codes[i].clone()
+                };
+                return Ok(Check::Matched(c));
             }
             u.codes.retain(|c| c.attempts < MAX_ATTEMPTS);
             Ok(if tried { Check::Wrong } else { Check::Missing })
@@ -379,7 +386,14 @@ pub fn verify_setup(ctx: &mut Ctx, channel: Channel) -> Result<Outcome, ApiError
     let body = web::parse_body(ctx.req)?;
     let code = codes::normalize_otp_code(&web::req_str(&body, "code")?)
         .ok_or_else(|| ApiError::validation("code must be 6 digits"))?;
-    let matched = match check(ctx, &auth.user.id, Purpose::Setup, Some(channel), &code)? {
+    let matched = match check(
+        ctx,
+        &auth.user.id,
+        Purpose::Setup,
+        Some(channel),
+        &code,
+        true,
+    )? {
         Check::Matched(c) => c,
         Check::Wrong => {
             ctx.audit(
@@ -463,18 +477,42 @@ pub fn send_code(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     )
 }
 
-/// The login check: true when `code` matches an outstanding SMS / e-mail
-/// login code of `user_id` (restricted to `only` when given).
-pub fn check_login(
+/// The login check: the outstanding SMS / e-mail login code of `user_id`
+/// (restricted to `only` when given) that `code` matches, if any. The code
+/// is not spent here: [`spend_login_code`] removes it inside the
+/// compare-and-swap that links the new session (see [`crate::mfa`]). A miss
+/// counts against the codes tried, as in every check.
+pub fn login_match(
     ctx: &mut Ctx,
     user_id: &str,
     only: Option<Channel>,
     code: &str,
-) -> Result<bool, ApiError> {
-    Ok(matches!(
-        check(ctx, user_id, Purpose::Login, only, code)?,
-        Check::Matched(_)
-    ))
+) -> Result<Option<OtpCode>, ApiError> {
+    Ok(
+        match check(ctx, user_id, Purpose::Login, only, code, false)? {
+            Check::Matched(c) => Some(c),
+            _ => None,
+        },
+    )
+}
+
+/// Removes login code `code` (found by [`login_match`]) from `u`, inside a
+/// compare-and-swap; `InvalidCode` when it is gone meanwhile (spent by
+/// another request, expired, out of tries).
+pub fn spend_login_code(u: &mut UserRecord, code: &OtpCode, now_ms: u64) -> Result<(), ApiError> {
+    let i = u
+        .codes
+        .iter()
+        .position(|c| {
+            c.purpose == Purpose::Login
+                && c.method == code.method
+                && c.exp_ms > now_ms
+                && c.attempts < MAX_ATTEMPTS
+                && codes::ct_eq(c.hash.as_bytes(), code.hash.as_bytes())
+        })
+        .ok_or(ApiError::InvalidCode)?;
+    u.codes.remove(i);
+    Ok(())
 }
 
 /// Parses an optional `method` narrowing of `/2fa/verify`.

@@ -8,7 +8,7 @@
 //! | `user:{id}` | [`UserRecord`] (JSON), updated only by compare-and-swap |
 //! | `email:{lower-case e-mail}` | user id |
 //! | `username:{lower-case name}` | user id |
-//! | `claim:email:{..}`, `claim:username:{..}` | counters; 1 = claimed |
+//! | `claim:email:{..}`, `claim:username:{..}` | counters; 1 = claimed (removed after 10 minutes) |
 //! | `sess:{sid}` | [`crate::sessions::SessionRecord`] |
 //! | `dev:{did}` | [`crate::devices::DeviceRecord`] |
 //! | `apikey:{id}`, `apikeyp:{prefix}` | [`crate::apikeys::ApiKeyRecord`], prefix → id |

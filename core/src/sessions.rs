@@ -74,6 +74,30 @@ const REFRESH_MS: u64 = 7 * 24 * 3600 * 1000;
 /// cookie.
 pub fn create(ctx: &mut Ctx, user_id: &str, mfa: bool) -> Result<Tokens, ApiError> {
     let keys = ctx.keys()?;
+    let record = prepare(ctx, user_id, mfa)?;
+    let now = ctx.now_ms();
+    let linked = records::update(
+        ctx.env.store,
+        &format!("user:{user_id}"),
+        |u: &mut UserRecord| {
+            link(u, &record, now);
+            Ok(())
+        },
+    )?;
+    if linked.is_none() {
+        ctx.env.store.delete(&key(&record.id))?;
+        return Err(ApiError::InvalidToken);
+    }
+    Ok(issue(ctx, &keys, &record))
+}
+
+/// The first half of [`create`]: stores the record of a new session (and
+/// schedules its removal) without linking it to the user or issuing
+/// tokens. Until a caller [`link`]s it in the user record and issues its
+/// tokens, nobody can use it: its id is random and no token names it. Lets a
+/// caller link the session in the same compare-and-swap that consumes a
+/// second factor, so that a code is never spent without a session.
+pub fn prepare(ctx: &mut Ctx, user_id: &str, mfa: bool) -> Result<SessionRecord, ApiError> {
     let now = ctx.now_ms();
     let sid = ctx.uuid();
     let jti = util::random_hex(ctx.env, 16);
@@ -81,7 +105,7 @@ pub fn create(ctx: &mut Ctx, user_id: &str, mfa: bool) -> Result<Tokens, ApiErro
     let record = SessionRecord {
         id: sid.clone(),
         user_id: user_id.to_string(),
-        jti: jti.clone(),
+        jti,
         mfa,
         ip_address: ctx.ip.clone(),
         user_agent: ctx.ua.clone(),
@@ -91,26 +115,31 @@ pub fn create(ctx: &mut Ctx, user_id: &str, mfa: bool) -> Result<Tokens, ApiErro
     };
     records::save(ctx.env.store, &key(&sid), &record)?;
     housekeeping::schedule_record(ctx.env, &key(&sid), exp_ms)?;
-    let linked = records::update(
-        ctx.env.store,
-        &format!("user:{user_id}"),
-        |u: &mut UserRecord| {
-            u.prune(now);
-            u.sessions.push(Ref {
-                id: sid.clone(),
-                exp_ms,
-            });
-            Ok(())
-        },
-    )?;
-    if linked.is_none() {
-        ctx.env.store.delete(&key(&sid))?;
-        return Err(ApiError::InvalidToken);
-    }
-    Ok(issue(ctx, &keys, &record))
+    Ok(record)
 }
 
-fn issue(ctx: &mut Ctx, keys: &crate::secrets::Keys, s: &SessionRecord) -> Tokens {
+/// Links a [`prepare`]d session to its user (inside a compare-and-swap).
+pub fn link(u: &mut UserRecord, record: &SessionRecord, now_ms: u64) {
+    u.prune(now_ms);
+    u.sessions.push(Ref {
+        id: record.id.clone(),
+        exp_ms: record.exp_ms,
+    });
+}
+
+/// Removes a [`prepare`]d session that was never linked, as far as the store
+/// allows (otherwise housekeeping removes it when it expires).
+pub fn discard(ctx: &mut Ctx, record: &SessionRecord) {
+    if ctx.env.store.delete(&key(&record.id)).is_err() {
+        ctx.log(format!(
+            "session {} was prepared but not linked; housekeeping removes it",
+            record.id
+        ));
+    }
+}
+
+/// The access and refresh tokens of session `s`; sets the refresh cookie.
+pub fn issue(ctx: &mut Ctx, keys: &crate::secrets::Keys, s: &SessionRecord) -> Tokens {
     let now = ctx.now_secs();
     let access = keys.tokens.issue(
         TokenKind::Access,
@@ -245,6 +274,23 @@ pub fn refresh(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let new_jti = util::random_hex(ctx.env, 16);
     let now = ctx.now_ms();
     let exp_ms = now.checked_add(REFRESH_MS).ok_or(ApiError::Internal)?;
+    // Everything that can fail comes before the rotation: once the new jti
+    // is stored, only its tokens remain to be issued (no store access), so
+    // a failing store can never leave a rotated session whose new refresh
+    // token the client did not get (its old one would then count as reuse
+    // and end the session). Extending the schedule and the user's reference
+    // first is harmless if the rotation then does not happen.
+    housekeeping::schedule_record(ctx.env, &key(&sid), exp_ms)?;
+    records::update(
+        ctx.env.store,
+        &format!("user:{}", claims.sub),
+        |u: &mut UserRecord| {
+            for r in u.sessions.iter_mut().filter(|r| r.id == sid) {
+                r.exp_ms = r.exp_ms.max(exp_ms);
+            }
+            Ok(())
+        },
+    )?;
     let rotated = records::update(ctx.env.store, &key(&sid), |s: &mut SessionRecord| {
         if !crate::crypto::codes::ct_eq(s.jti.as_bytes(), presented.as_bytes()) {
             return Ok(None);
@@ -266,17 +312,6 @@ pub fn refresh(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         );
         return Err(ApiError::InvalidRefreshToken);
     };
-    housekeeping::schedule_record(ctx.env, &key(&sid), exp_ms)?;
-    records::update(
-        ctx.env.store,
-        &format!("user:{}", claims.sub),
-        |u: &mut UserRecord| {
-            for r in u.sessions.iter_mut().filter(|r| r.id == sid) {
-                r.exp_ms = exp_ms;
-            }
-            Ok(())
-        },
-    )?;
     let tokens = issue(ctx, &keys, &session);
     ctx.audit(
         Some(&claims.sub),

@@ -11,11 +11,33 @@ use crate::outbox::{Delivery, DeliveryError, Step};
 use crate::ports::{Env, Rng, Store, StoreError};
 use crate::{Config, Request, Response, Service};
 
+pub mod fuzzing;
+
 /// A thread-safe in-memory store; every operation is atomic.
 #[derive(Default)]
 pub struct MemoryStore {
     values: Mutex<HashMap<String, Vec<u8>>>,
     counters: Mutex<HashMap<String, i64>>,
+}
+
+/// One stored entry, as [`MemoryStore::entries`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// A plain value.
+    Value(Vec<u8>),
+    /// A counter.
+    Counter(i64),
+}
+
+impl Clone for MemoryStore {
+    /// An independent copy of everything stored (tests: snapshot a prepared
+    /// state once, start many runs from it).
+    fn clone(&self) -> Self {
+        MemoryStore {
+            values: Mutex::new(self.values.lock().map(|v| v.clone()).unwrap_or_default()),
+            counters: Mutex::new(self.counters.lock().map(|c| c.clone()).unwrap_or_default()),
+        }
+    }
 }
 
 impl MemoryStore {
@@ -51,6 +73,23 @@ impl MemoryStore {
         );
         k.sort();
         k
+    }
+
+    /// Every key with its value or counter, sorted by key (tests only: lets
+    /// a test compare what a request changed).
+    pub fn entries(&self) -> std::collections::BTreeMap<String, Entry> {
+        let mut out = std::collections::BTreeMap::new();
+        if let Ok(v) = self.values.lock() {
+            for (k, v) in v.iter() {
+                out.insert(k.clone(), Entry::Value(v.clone()));
+            }
+        }
+        if let Ok(c) = self.counters.lock() {
+            for (k, c) in c.iter() {
+                out.insert(k.clone(), Entry::Counter(*c));
+            }
+        }
+        out
     }
 
     /// A raw value (tests only).
@@ -348,6 +387,12 @@ impl<S: Store> Harness<S> {
             webhook_answers: Default::default(),
             rng: SeededRng::new(42),
         }
+    }
+
+    /// Restarts the random source from `seed` (a harness built over a copied
+    /// store must not draw the ids the original already drew).
+    pub fn reseed(&mut self, seed: u64) {
+        self.rng = SeededRng::new(seed);
     }
 
     /// Advances the clock.

@@ -156,27 +156,20 @@ pub fn delete(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     )))
 }
 
-/// Checks a TOTP code at login and, when it matches a step newer than the
-/// last one accepted, records that step. False when the user has no TOTP or
-/// the code does not match (or was used already).
-pub fn check_login(ctx: &mut Ctx, user_id: &str, code: &str) -> Result<bool, ApiError> {
-    let now_secs = ctx.now_secs();
-    let ok = records::update(
-        ctx.env.store,
-        &format!("user:{user_id}"),
-        |u: &mut UserRecord| {
-            let Some(secret) = u.method("totp").and_then(|m| m.secret.clone()) else {
-                return Ok(false);
-            };
-            let raw = totp::base32_decode(&secret).ok_or(ApiError::Internal)?;
-            match totp::verify_code(&raw, code, now_secs, u.totp_last_step) {
-                Some(step) => {
-                    u.totp_last_step = Some(step);
-                    Ok(true)
-                }
-                None => Ok(false),
-            }
-        },
-    )?;
-    Ok(ok == Some(true))
+/// The time step of TOTP code `code` of `user` if it matches a step newer
+/// than the last one accepted; reads only. The step is recorded (and so
+/// spent) by the compare-and-swap that also links the new session; see
+/// [`crate::mfa`]. None when the user has no TOTP or the code does not match
+/// (or was used already).
+pub fn matching_step(ctx: &Ctx, user: &UserRecord, code: &str) -> Result<Option<u64>, ApiError> {
+    let Some(secret) = user.method("totp").and_then(|m| m.secret.clone()) else {
+        return Ok(None);
+    };
+    let raw = totp::base32_decode(&secret).ok_or(ApiError::Internal)?;
+    Ok(totp::verify_code(
+        &raw,
+        code,
+        ctx.now_secs(),
+        user.totp_last_step,
+    ))
 }

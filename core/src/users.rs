@@ -3,7 +3,9 @@
 //!
 //! Unique names are claimed with atomic increments (`claim:email:…`,
 //! `claim:username:…`): the caller that gets 1 owns the name, so concurrent
-//! registrations of one e-mail make exactly one user. Login does one Argon2
+//! registrations of one e-mail make exactly one user. Claims expire after
+//! [`CLAIM_TTL_MS`] (a failed registration cannot block a name for ever);
+//! the indexes `email:…` / `username:…` are the lasting record. Login does one Argon2
 //! computation whether or not the user exists, and answers both cases with
 //! the same status and message.
 
@@ -12,6 +14,7 @@ use serde_json::{json, Value};
 use crate::context::{Ctx, Outcome};
 use crate::crypto::password;
 use crate::error::ApiError;
+use crate::housekeeping;
 use crate::ratelimit;
 use crate::records::{self, UserRecord};
 use crate::sessions::{self, Access};
@@ -82,6 +85,9 @@ fn check_username(u: &str) -> Result<(), ApiError> {
     }
 }
 
+/// How long a name claim lives (see [`register`]).
+pub const CLAIM_TTL_MS: u64 = 10 * 60 * 1000;
+
 /// Releases name claims taken by a registration that did not finish.
 fn release(ctx: &mut Ctx, claims: &[String]) {
     for c in claims {
@@ -102,12 +108,22 @@ pub fn register(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     // Fail on an unreachable store before any name is claimed.
     ctx.keys()?;
 
+    let name_lower = username.to_ascii_lowercase();
     let email_claim = format!("claim:email:{email}");
-    if ctx.env.store.increment(&email_claim, 1)? != 1 {
+    let name_claim = format!("claim:username:{name_lower}");
+    // Claims are short-lived locks: scheduled for removal before they are
+    // taken, so that one left behind by a registration whose store failed
+    // (and whose release failed with it) frees the name after
+    // CLAIM_TTL_MS. The lasting proof that a name is taken is its index
+    // (`email:…`, `username:…`), checked once the claim is held.
+    let claim_exp = ctx.now_ms().saturating_add(CLAIM_TTL_MS);
+    housekeeping::schedule_counter(ctx.env, &email_claim, claim_exp)?;
+    housekeeping::schedule_counter(ctx.env, &name_claim, claim_exp)?;
+    if ctx.env.store.increment(&email_claim, 1)? != 1
+        || ctx.env.store.get(&format!("email:{email}"))?.is_some()
+    {
         return Err(ApiError::EmailTaken);
     }
-    let name_lower = username.to_ascii_lowercase();
-    let name_claim = format!("claim:username:{name_lower}");
     match ctx.env.store.increment(&name_claim, 1) {
         Ok(1) => {}
         Ok(_) => {
@@ -116,6 +132,17 @@ pub fn register(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         }
         Err(e) => {
             release(ctx, &[email_claim]);
+            return Err(e.into());
+        }
+    }
+    match ctx.env.store.get(&format!("username:{name_lower}")) {
+        Ok(None) => {}
+        Ok(Some(_)) => {
+            release(ctx, &[email_claim]);
+            return Err(ApiError::UsernameTaken);
+        }
+        Err(e) => {
+            release(ctx, &[email_claim, name_claim]);
             return Err(e.into());
         }
     }

@@ -202,9 +202,79 @@ pub fn parse_body(req: &Request) -> Result<Body, ApiError> {
     if req.body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Map::new());
     }
-    match serde_json::from_slice::<Value>(&req.body) {
-        Ok(Value::Object(map)) => Ok(map),
+    match serde_json::from_slice::<Checked>(&req.body) {
+        Ok(Checked(Value::Object(map))) => Ok(map),
+        Err(e) if e.to_string().starts_with(DUPLICATE_KEYS) => {
+            Err(ApiError::validation(DUPLICATE_KEYS))
+        }
         _ => Err(bad()),
+    }
+}
+
+/// The detail of the error for a body in which some object (at any depth)
+/// names one key twice.
+const DUPLICATE_KEYS: &str = "body has duplicate keys";
+
+/// A JSON value parsed with every object checked for duplicate keys
+/// (`serde_json` on its own keeps the last value, so `{"code":"1","code":"2"}`
+/// would mean different things to different parsers on the way).
+struct Checked(Value);
+
+impl<'de> serde::Deserialize<'de> for Checked {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(CheckedVisitor).map(Checked)
+    }
+}
+
+struct CheckedVisitor;
+
+impl<'de> serde::de::Visitor<'de> for CheckedVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(Checked(v)) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(k) = map.next_key::<String>()? {
+            if out.contains_key(&k) {
+                return Err(serde::de::Error::custom(DUPLICATE_KEYS));
+            }
+            let Checked(v) = map.next_value()?;
+            out.insert(k, v);
+        }
+        Ok(Value::Object(out))
     }
 }
 
@@ -314,6 +384,33 @@ mod tests {
             req_str(&parse_body(&r).unwrap(), "a"),
             Err(ApiError::validation("a must be a string"))
         );
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_at_any_depth() {
+        let dup = Err(ApiError::validation("body has duplicate keys"));
+        for body in [
+            r#"{"a":1,"a":1}"#,
+            r#"{"a":"x","b":{"c":1,"c":2}}"#,
+            r#"{"a":[{"k":1},{"k":1,"k":2}]}"#,
+            r#"{"\u0061":1,"a":2}"#,
+        ] {
+            let r = Request::new("POST", "/").json(body);
+            assert_eq!(parse_body(&r), dup, "{body}");
+        }
+        // Same key in sibling objects is fine; so are numbers of every kind.
+        let r = Request::new("POST", "/").json(r#"{"a":{"k":1},"b":{"k":-2.5e3},"c":null}"#);
+        let m = parse_body(&r).unwrap();
+        assert_eq!(m["b"]["k"], serde_json::json!(-2500.0));
+        // Too deep or out of range: not a JSON object we accept.
+        let deep = format!("{}1{}", "{\"a\":".repeat(200), "}".repeat(200));
+        let r = Request::new("POST", "/").json(&deep);
+        assert_eq!(
+            parse_body(&r),
+            Err(ApiError::validation("body must be a JSON object"))
+        );
+        let r = Request::new("POST", "/").json(r#"{"a":1e400}"#);
+        assert!(parse_body(&r).is_err());
     }
 
     #[test]

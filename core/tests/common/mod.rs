@@ -44,6 +44,7 @@ pub fn assert_error(resp: &Response, status: u16, message: &str) {
     assert_eq!(v, json!({ "success": false, "error": message }));
 }
 
+#[derive(Clone)]
 pub struct User {
     pub id: String,
     pub email: String,
@@ -122,4 +123,47 @@ pub fn temp_token<S: Store>(h: &mut Harness<S>, user: &User, ip: &str) -> String
     let d = data(&resp);
     assert_eq!(d["requiresTwoFactor"], json!(true));
     d["tempToken"].as_str().unwrap().to_string()
+}
+
+/// Key prefixes that any request, even a refused one, may legitimately
+/// write: audit records, rate-limit counters, the housekeeping index,
+/// temp-token attempt and use counters (read by increment, which creates
+/// them), second-factor failure counters and lock,
+/// generated development secrets, the webhook queue and delivery log.
+pub const BOOKKEEPING: &[&str] = &[
+    "audit:",
+    "auditn:",
+    "rl:",
+    "hk:",
+    "tt:",
+    "ttu:",
+    "mfafail:",
+    "mfalock:",
+    "sys:secret:",
+    "wq:",
+    "whd:",
+];
+
+/// Everything stored except [`BOOKKEEPING`]: what a refused request must
+/// leave exactly as it was.
+pub fn durable_state(
+    store: &tfa_core::testing::MemoryStore,
+) -> std::collections::BTreeMap<String, tfa_core::testing::Entry> {
+    store
+        .entries()
+        .into_iter()
+        .filter(|(k, _)| !BOOKKEEPING.iter().any(|p| k.starts_with(p)))
+        .collect()
+}
+
+/// The keys whose entries differ between two [`durable_state`]s.
+pub fn changed_keys(
+    before: &std::collections::BTreeMap<String, tfa_core::testing::Entry>,
+    after: &std::collections::BTreeMap<String, tfa_core::testing::Entry>,
+) -> Vec<String> {
+    let keys: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    keys.into_iter()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .cloned()
+        .collect()
 }

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Fuzzes tfa-core with cargo-fuzz (libFuzzer; needs the nightly toolchain).
+#
+#   scripts/fuzz.sh [--short]   each target for FUZZ_SECONDS (default 20) s,
+#                               no sanitizer (core forbids unsafe code); this is
+#                               what scripts/test-hardening.sh runs.
+#   scripts/fuzz.sh --long      each target for FUZZ_SECONDS (default 1800 =
+#                               30 min) s under AddressSanitizer, 2 jobs.
+#   FUZZ_TARGETS="jwt_parse normalise" scripts/fuzz.sh   only those targets.
+#
+# Seeds come from core/fuzz/seeds/<target>/; the growing corpus stays in
+# core/fuzz/corpus/<target>/ (not committed). An input that breaks an
+# invariant is copied to core/fuzz/regressions/<target>/, where the native
+# test core/tests/fuzz_regressions.rs replays it on every `cargo test`; the
+# script then fails. Execution counts of the run are written to
+# core/fuzz/last-run/summary.txt.
+set -euo pipefail
+cd "$(dirname "$0")/../core"
+fz="$(pwd)/fuzz"
+
+mode=short
+case "${1:---short}" in
+  --short) mode=short ;;
+  --long) mode=long ;;
+  *) echo "usage: $0 [--short|--long]" >&2; exit 2 ;;
+esac
+if [ "$mode" = short ]; then
+  secs="${FUZZ_SECONDS:-20}"; sanitizer=none; parallel=()
+else
+  secs="${FUZZ_SECONDS:-1800}"; sanitizer=address; parallel=(-jobs=2 -workers=2)
+fi
+targets=(${FUZZ_TARGETS:-api_sequence jwt_parse signature_header normalise})
+
+rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+
+echo "==> cargo fuzz build (sanitizer: $sanitizer)"
+cargo +nightly fuzz build -s "$sanitizer"
+
+mkdir -p "$fz/last-run"
+summary="$fz/last-run/summary.txt"
+: > "$summary"
+failed=0
+for t in "${targets[@]}"; do
+  corpus="$fz/corpus/$t"
+  mkdir -p "$corpus" "$fz/regressions/$t" "$fz/artifacts/$t"
+  cp -n "$fz/seeds/$t"/* "$corpus"/ 2>/dev/null || true
+  dict=()
+  if [ "$t" = api_sequence ]; then dict=(-dict="$fz/api.dict"); fi
+  log="$fz/last-run/$t.log"
+  echo "==> fuzz $t for ${secs}s"
+  set +e
+  cargo +nightly fuzz run -s "$sanitizer" "$t" "$corpus" -- \
+    -max_total_time="$secs" -max_len=4096 -len_control=0 -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 "${parallel[@]}" "${dict[@]}" \
+    -artifact_prefix="$fz/artifacts/$t/" >"$log" 2>&1
+  rc=$?
+  set -e
+  # With -jobs the output of each worker goes to fuzz-<n>.log.
+  for l in fuzz-*.log "$fz"/fuzz-*.log; do
+    if [ -e "$l" ]; then cat "$l" >>"$log"; rm -f "$l"; fi
+  done
+  execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{s+=$2} END {print s+0}')
+  echo "$t: $execs executions in ${secs}s (exit $rc)" | tee -a "$summary"
+  found=0
+  for f in "$fz/artifacts/$t"/crash-* "$fz/artifacts/$t"/timeout-* "$fz/artifacts/$t"/oom-*; do
+    [ -e "$f" ] || continue
+    cp "$f" "$fz/regressions/$t/$(basename "$f")"
+    echo "   new regression case: core/fuzz/regressions/$t/$(basename "$f")"
+    rm -f "$f"
+    found=1
+  done
+  if [ "$rc" -ne 0 ] || [ "$found" -ne 0 ]; then
+    tail -n 40 "$log"
+    failed=1
+  fi
+done
+exit "$failed"
