@@ -30,10 +30,15 @@ impl Redis {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed for this test");
-        let url = format!("redis://127.0.0.1:{port}/");
+        // Owned by `Redis` at once, so its Drop kills and reaps the server
+        // on every path, the panic below included.
+        let redis = Redis {
+            child,
+            url: format!("redis://127.0.0.1:{port}/"),
+        };
         for _ in 0..100 {
-            if RedisKv::open(&url).is_ok() {
-                return Redis { child, url };
+            if RedisKv::open(&redis.url).is_ok() {
+                return redis;
             }
             thread::sleep(Duration::from_millis(50));
         }
