@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the project, on a fresh machine of this kind or an old
 # one: formatting, lints (native and wasm targets), core's unit, scenario,
-# SMTP and hardening tests, the end-to-end tests of the real component in the
+# SMTP and hardening tests, short fuzzing of core, the end-to-end tests of the real component in the
 # local host (SQLite, Redis), the Envoy filter in a proxy-wasm host and in real
 # Envoy, and the browser/Node signature package in Node and headless Chromium.
 # Idempotent; installs what it needs (rustup targets, Debian and PyPI
@@ -67,6 +67,11 @@ ls -l "$TFA_COMPONENT_WASM" "$TFA_FILTER_WASM" "$TFA_HOST_BIN"
 
 step "cargo test --workspace (core, host, component, filter, end-to-end)"
 cargo test --workspace
+
+step "fuzzing (short, bounded; nightly + cargo-fuzz)"
+rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+./scripts/fuzz.sh --short
 
 step "browser and Node signature package"
 ./scripts/test-web.sh

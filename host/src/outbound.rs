@@ -141,9 +141,9 @@ impl AllowList {
     /// or `*://`, matched against the IP address as Spin does).
     pub fn allows_tcp(&self, addr: &std::net::SocketAddr) -> bool {
         let ip = addr.ip().to_string();
-        self.patterns
-            .iter()
-            .any(|p| p.scheme.as_deref().is_none_or(|s| s == "tcp") && p.matches("tcp", &ip, addr.port()))
+        self.patterns.iter().any(|p| {
+            p.scheme.as_deref().is_none_or(|s| s == "tcp") && p.matches("tcp", &ip, addr.port())
+        })
     }
 
     /// The patterns, for the start-up log.

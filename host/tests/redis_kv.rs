@@ -1,7 +1,6 @@
 //! The Redis backend against a real `redis-server` that the test starts on
-//! 127.0.0.1. Ignored by default because it needs `redis-server` on PATH
-//! (Debian: `apt-get install redis-server`); run it with
-//! `cargo test -p tfa-host --test redis_kv -- --ignored`.
+//! 127.0.0.1. It needs `redis-server` on PATH (Debian's package, which
+//! `scripts/test.sh` installs) and fails without it.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -54,7 +53,6 @@ impl Drop for Redis {
 }
 
 #[test]
-#[ignore = "needs redis-server on PATH; run with --ignored"]
 fn redis_backend_guarantees() {
     let redis = Redis::start();
     let kv = Arc::new(RedisKv::open(&redis.url).unwrap());

@@ -229,22 +229,21 @@ fn serves_the_component() {
     let host = Host::start(&wasm, &data);
     assert!(host.stderr_has("compiling"), "first start compiles");
 
-    // The placeholder service answers every route with the JSON 404
-    // envelope (update this when the router lands: /api/health becomes 200).
+    // The real service behind the component: health answers 200 with the
+    // health object (not wrapped in the envelope).
     let (status, head, body) = host.request("GET", "/api/health?probe=1", b"");
-    assert_eq!(status, 404, "{head}");
+    assert_eq!(status, 200, "{head}");
     assert!(
         head.to_ascii_lowercase()
             .contains("content-type: application/json"),
         "{head}"
     );
-    assert_eq!(
-        String::from_utf8(body).unwrap(),
-        r#"{"success":false,"error":"Resource not found"}"#
-    );
+    let health: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(health["status"], "healthy", "{health}");
+    assert_eq!(health["checks"]["database"], "up", "{health}");
     // One log line per request: method, path without query, status, ms.
     assert!(
-        host.wait_for_stdout("GET /api/health 404 "),
+        host.wait_for_stdout("GET /api/health 200 "),
         "no request line in {:?}",
         host.stdout.lock().unwrap()
     );
@@ -253,7 +252,7 @@ fn serves_the_component() {
         .lock()
         .unwrap()
         .iter()
-        .find(|l| l.starts_with("GET /api/health 404 "))
+        .find(|l| l.starts_with("GET /api/health 200 "))
         .cloned()
         .unwrap();
     assert!(line.ends_with("ms") && !line.contains('?'), "{line}");
@@ -291,7 +290,7 @@ fn serves_the_component() {
     let host = Host::start(&wasm, &data);
     assert!(host.stderr_has("loaded compiled component"));
     let (status, _, _) = host.request("GET", "/api/health", b"");
-    assert_eq!(status, 404);
+    assert_eq!(status, 200);
     drop(host);
     let _ = std::fs::remove_dir_all(&data);
 }

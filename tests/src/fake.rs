@@ -25,7 +25,10 @@ pub struct Received {
 impl Received {
     /// First value of a header.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -57,7 +60,8 @@ impl FakeServer {
                         let _ = stream.set_nonblocking(false);
                         let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
                         if let Some(req) = read_request(&stream) {
-                            let status = s.lock().ok().and_then(|mut q| q.pop_front()).unwrap_or(201);
+                            let status =
+                                s.lock().ok().and_then(|mut q| q.pop_front()).unwrap_or(201);
                             if let Ok(mut v) = r.lock() {
                                 v.push(req);
                             }
@@ -75,7 +79,12 @@ impl FakeServer {
                 }
             }
         });
-        FakeServer { port, received, statuses, stop }
+        FakeServer {
+            port,
+            received,
+            statuses,
+            stop,
+        }
     }
 
     /// `http://127.0.0.1:port`.
@@ -127,5 +136,10 @@ fn read_request(stream: &std::net::TcpStream) -> Option<Received> {
         .unwrap_or(0);
     let mut body = vec![0u8; len];
     reader.read_exact(&mut body).ok()?;
-    Some(Received { method, path, headers, body })
+    Some(Received {
+        method,
+        path,
+        headers,
+        body,
+    })
 }

@@ -209,11 +209,11 @@ fn errors_are_clear_and_never_500() {
             .assert_error(400, "Validation error: body must be a JSON object");
     }
     c.post(
-        "/api/auth/register",
-        &json!({ "email": 1, "username": "x", "password": "y" }),
+        "/api/auth/login",
+        &json!({ "emailOrUsername": 1, "password": "y" }),
         None,
     )
-    .assert_error(400, "Validation error: email must be a string");
+    .assert_error(400, "Validation error: emailOrUsername must be a string");
     c.post(
         "/api/auth/login",
         &json!({ "emailOrUsername": "ghost", "password": "Wr0ng!pass" }),

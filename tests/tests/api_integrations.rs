@@ -37,7 +37,10 @@ fn percent_decode(s: &str) -> String {
 }
 
 fn code_in(text: &str) -> String {
-    let after = text.split("verification code is ").nth(1).expect("a code in the message");
+    let after = text
+        .split("verification code is ")
+        .nth(1)
+        .expect("a code in the message");
     after.chars().take(6).collect()
 }
 
@@ -46,7 +49,10 @@ fn sms_codes_through_the_twilio_api() {
     let twilio = FakeServer::start();
     let host = Host::start(HostOptions {
         env: vec![
-            ("TWILIO_ACCOUNT_SID".into(), "AC0123456789abcdef0123456789abcdef".into()),
+            (
+                "TWILIO_ACCOUNT_SID".into(),
+                "AC0123456789abcdef0123456789abcdef".into(),
+            ),
             ("TWILIO_AUTH_TOKEN".into(), "twilio-token".into()),
             ("TWILIO_PHONE_NUMBER".into(), "+15550000000".into()),
             ("TWILIO_API_BASE".into(), twilio.base()),
@@ -56,38 +62,85 @@ fn sms_codes_through_the_twilio_api() {
     });
     let c = &host.client;
     let u = register(c, "sam");
-    let r = c.post("/api/2fa/sms/setup", &json!({ "phoneNumber": "+15551234567" }), Some(&u.access));
+    let r = c.post(
+        "/api/2fa/sms/setup",
+        &json!({ "phoneNumber": "+15551234567" }),
+        Some(&u.access),
+    );
     assert_eq!(r.data()["phoneNumber"], "+155****4567");
     let got = twilio.wait_for(1, Duration::from_secs(10));
     let req = &got[0];
     // Exactly as Twilio documents the Messages resource.
     assert_eq!(req.method, "POST");
-    assert_eq!(req.path, "/2010-04-01/Accounts/AC0123456789abcdef0123456789abcdef/Messages.json");
-    assert_eq!(req.header("content-type"), Some("application/x-www-form-urlencoded"));
-    assert_eq!(req.header("content-length"), Some(req.body.len().to_string().as_str()));
+    assert_eq!(
+        req.path,
+        "/2010-04-01/Accounts/AC0123456789abcdef0123456789abcdef/Messages.json"
+    );
+    assert_eq!(
+        req.header("content-type"),
+        Some("application/x-www-form-urlencoded")
+    );
+    assert_eq!(
+        req.header("content-length"),
+        Some(req.body.len().to_string().as_str())
+    );
     assert!(req.header("transfer-encoding").is_none(), "not chunked");
-    let basic = base64::engine::general_purpose::STANDARD.encode("AC0123456789abcdef0123456789abcdef:twilio-token");
-    assert_eq!(req.header("authorization"), Some(format!("Basic {basic}").as_str()));
+    let basic = base64::engine::general_purpose::STANDARD
+        .encode("AC0123456789abcdef0123456789abcdef:twilio-token");
+    assert_eq!(
+        req.header("authorization"),
+        Some(format!("Basic {basic}").as_str())
+    );
     let f = form(&req.body);
-    let field = |k: &str| f.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap();
+    let field = |k: &str| {
+        f.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
     assert_eq!(field("To"), "+15551234567");
     assert_eq!(field("From"), "+15550000000");
     let code = code_in(&field("Body"));
-    let r = c.post("/api/2fa/sms/verify-setup", &json!({ "code": code }), Some(&u.access));
+    let r = c.post(
+        "/api/2fa/sms/verify-setup",
+        &json!({ "code": code }),
+        Some(&u.access),
+    );
     assert_eq!(r.data()["method"], "sms");
 
     // Login with an SMS code; a gateway failure is a clear 503 and does not
     // use up the allowance.
     let temp = temp_token(c, &u);
     twilio.statuses.lock().unwrap().push_back(500);
-    c.post("/api/2fa/send-code", &json!({ "tempToken": temp, "method": "sms" }), None)
-        .assert_error(503, "Failed to send verification code");
-    let r = c.post("/api/2fa/send-code", &json!({ "tempToken": temp, "method": "sms" }), None);
-    assert_eq!(r.data(), json!({ "codeSent": true, "method": "sms", "expiresIn": 300 }));
+    c.post(
+        "/api/2fa/send-code",
+        &json!({ "tempToken": temp, "method": "sms" }),
+        None,
+    )
+    .assert_error(503, "Failed to send verification code");
+    let r = c.post(
+        "/api/2fa/send-code",
+        &json!({ "tempToken": temp, "method": "sms" }),
+        None,
+    );
+    assert_eq!(
+        r.data(),
+        json!({ "codeSent": true, "method": "sms", "expiresIn": 300 })
+    );
     assert_eq!(r.header("x-ratelimit-remaining"), Some("4"));
     let got = twilio.wait_for(3, Duration::from_secs(10));
-    let code = code_in(&form(&got[2].body).into_iter().find(|(k, _)| k == "Body").unwrap().1);
-    let r = c.post("/api/2fa/verify", &json!({ "tempToken": temp, "code": code }), None);
+    let code = code_in(
+        &form(&got[2].body)
+            .into_iter()
+            .find(|(k, _)| k == "Body")
+            .unwrap()
+            .1,
+    );
+    let r = c.post(
+        "/api/2fa/verify",
+        &json!({ "tempToken": temp, "code": code }),
+        None,
+    );
     assert!(r.data()["accessToken"].is_string());
 }
 
@@ -115,12 +168,18 @@ fn webhooks_are_signed_and_delivered_after_the_response() {
     assert_eq!(req.path, "/hook");
     assert_eq!(req.header("x-webhook-event"), Some("user.login"));
     let sig = req.header("x-webhook-signature").unwrap();
-    assert!(tfa_core::signature::verify_signature(secret.as_bytes(), &req.body, sig));
+    assert!(tfa_core::signature::verify_signature(
+        secret.as_bytes(),
+        &req.body,
+        sig
+    ));
     let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap();
     assert_eq!(body["id"], req.header("x-webhook-id").unwrap());
     assert_eq!(body["data"]["userId"], u.id.as_str());
     let id = hook["id"].as_str().unwrap();
-    let log = c.get(&format!("/api/webhooks/{id}/deliveries"), Some(&u.access)).data();
+    let log = c
+        .get(&format!("/api/webhooks/{id}/deliveries"), Some(&u.access))
+        .data();
     let d = &log["deliveries"][0];
     assert_eq!(d["status"], "pending");
     assert_eq!(d["attempts"][0]["statusCode"], 500);

@@ -9,9 +9,7 @@
 use std::sync::OnceLock;
 
 use e2e::filter_build::filter_wasm;
-use e2e::proxy_wasm_host::{
-    level, lock, FilterModule, HttpCall, Outcome, Plugin, PluginOptions,
-};
+use e2e::proxy_wasm_host::{level, lock, FilterModule, HttpCall, Outcome, Plugin, PluginOptions};
 use serde_json::json;
 use tfa_core::tokens::{Extra, TokenKeys, TokenKind};
 
