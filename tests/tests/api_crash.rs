@@ -1,0 +1,103 @@
+//! The local host killed with SIGKILL while 32 clients register and log in:
+#![allow(clippy::disallowed_methods)] // the test bounds its wait with wall time
+//! after a restart every registration that was answered 201 is there and
+//! logs in, and the SQLite file passes its integrity check.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use e2e::api::PASSWORD;
+use e2e::procs::{Host, HostOptions};
+use serde_json::json;
+
+#[test]
+fn acknowledged_registrations_survive_sigkill() {
+    let opts = HostOptions {
+        env: vec![("TRUST_PROXY".into(), "true".into())],
+        ..Default::default()
+    };
+    let host = Host::start(opts.clone());
+    let client = host.client.clone();
+    let acknowledged = Arc::new(Mutex::new(Vec::<String>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..32)
+        .map(|w| {
+            let (c, ack, stop) = (client.clone(), acknowledged.clone(), stop.clone());
+            std::thread::spawn(move || {
+                // Each worker is its own client address (TRUST_PROXY), so the
+                // per-IP limits allow its 5 registrations and 5 logins.
+                let ip = format!("10.20.{w}.1");
+                for i in 0..5 {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let name = format!("crash{w}x{i}");
+                    let body = json!({ "email": format!("{name}@example.com"), "username": name, "password": PASSWORD });
+                    match c.try_send("POST", "/api/auth/register", &[("Content-Type", "application/json"), ("X-Forwarded-For", &ip)], body.to_string().as_bytes()) {
+                        Ok(r) if r.status == 201 => ack.lock().unwrap().push(name.clone()),
+                        Ok(_) => {}
+                        Err(_) => return, // the host is gone
+                    }
+                    let login = json!({ "emailOrUsername": name, "password": PASSWORD });
+                    if c.try_send("POST", "/api/auth/login", &[("Content-Type", "application/json"), ("X-Forwarded-For", &ip)], login.to_string().as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect();
+    // Let some registrations through, then kill the host mid-flight.
+    let start = std::time::Instant::now();
+    while acknowledged.lock().unwrap().len() < 40 && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let restart = HostOptions {
+        data_dir: Some(host.data_dir.clone()),
+        ..opts
+    };
+    host.kill();
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        let _ = w.join();
+    }
+    let names = acknowledged.lock().unwrap().clone();
+    assert!(
+        names.len() >= 40,
+        "only {} registrations before the kill",
+        names.len()
+    );
+
+    // The SQLite file is intact.
+    let db = restart.data_dir.as_ref().unwrap().join("kv.sqlite3");
+    let check = std::process::Command::new("python3")
+        .args(["-c", "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('PRAGMA integrity_check').fetchone()[0])"])
+        .arg(&db)
+        .output()
+        .expect("python3 runs");
+    assert_eq!(
+        String::from_utf8_lossy(&check.stdout).trim(),
+        "ok",
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    // Every acknowledged registration logs in after a restart.
+    let host = Host::start(HostOptions {
+        env: vec![("RATE_LIMIT_ENABLED".into(), "false".into())],
+        ..restart
+    });
+    for name in &names {
+        let r = host.client.post(
+            "/api/auth/login",
+            &json!({ "emailOrUsername": name, "password": PASSWORD }),
+            None,
+        );
+        assert_eq!(
+            r.status,
+            200,
+            "{name}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+}
