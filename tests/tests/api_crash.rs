@@ -1,8 +1,8 @@
 //! The local host killed with SIGKILL while 32 clients register and log in:
-#![allow(clippy::disallowed_methods)] // the test bounds its wait with wall time
 //! after a restart every registration that was answered 201 is there and
 //! logs in, and the SQLite file passes its integrity check.
 
+#![allow(clippy::disallowed_methods)] // the test bounds its wait with wall time
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
