@@ -143,27 +143,7 @@ fn view(k: &ApiKeyRecord) -> Value {
 }
 
 fn parse_scopes(body: &web::Body) -> Result<Vec<String>, ApiError> {
-    let bad = || {
-        ApiError::validation(format!(
-            "scopes must be a non-empty array of: {}",
-            SCOPES.join(", ")
-        ))
-    };
-    let list = body
-        .get("scopes")
-        .and_then(Value::as_array)
-        .ok_or_else(bad)?;
-    let mut out: Vec<String> = Vec::new();
-    for s in list {
-        let s = s.as_str().filter(|s| SCOPES.contains(s)).ok_or_else(bad)?;
-        if !out.iter().any(|o| o == s) {
-            out.push(s.to_string());
-        }
-    }
-    if out.is_empty() {
-        return Err(bad());
-    }
-    Ok(out)
+    web::req_names(body, "scopes", SCOPES)
 }
 
 fn parse_name(body: &web::Body) -> Result<String, ApiError> {

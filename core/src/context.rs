@@ -174,11 +174,14 @@ impl<'c, 'e, 'a> Ctx<'c, 'e, 'a> {
 
     /// Records an audit event (written after the response).
     pub fn audit(&mut self, user_id: Option<&str>, action: &str, success: bool, details: Value) {
-        if let (true, Some(uid), Some(event)) = (
-            success,
-            user_id,
-            crate::webhooks::event_for(action, &details),
-        ) {
+        // Successful actions announce their webhook event; failed second
+        // factors announce `2fa.failed`.
+        let event = match (success, action) {
+            (true, _) => crate::webhooks::event_for(action, &details),
+            (false, "2fa_failed") => Some("2fa.failed"),
+            (false, _) => None,
+        };
+        if let (Some(uid), Some(event)) = (user_id, event) {
             let mut data = details.clone();
             if let Some(obj) = data.as_object_mut() {
                 obj.insert("userId".into(), Value::String(uid.to_string()));
@@ -187,17 +190,6 @@ impl<'c, 'e, 'a> Ctx<'c, 'e, 'a> {
             self.effects.push(Effect::Event {
                 user_id: uid.to_string(),
                 event: event.to_string(),
-                data,
-            });
-        } else if let (false, Some(uid), "2fa_failed") = (success, user_id, action) {
-            let mut data = details.clone();
-            if let Some(obj) = data.as_object_mut() {
-                obj.insert("userId".into(), Value::String(uid.to_string()));
-                obj.insert("ipAddress".into(), Value::String(self.ip.clone()));
-            }
-            self.effects.push(Effect::Event {
-                user_id: uid.to_string(),
-                event: "2fa.failed".into(),
                 data,
             });
         }

@@ -307,6 +307,30 @@ pub fn req_str_any(body: &Body, names: &[&str]) -> Result<String, ApiError> {
     Err(ApiError::validation(format!("{} is required", names[0])))
 }
 
+/// A required non-empty array of names, each one of `allowed`, without
+/// repeats (order kept); else `Validation error: <name> must be a non-empty
+/// array of: <allowed>`.
+pub fn req_names(body: &Body, name: &str, allowed: &[&str]) -> Result<Vec<String>, ApiError> {
+    let bad = || {
+        ApiError::validation(format!(
+            "{name} must be a non-empty array of: {}",
+            allowed.join(", ")
+        ))
+    };
+    let list = body.get(name).and_then(Value::as_array).ok_or_else(bad)?;
+    let mut out: Vec<String> = Vec::new();
+    for v in list {
+        let v = v.as_str().filter(|v| allowed.contains(v)).ok_or_else(bad)?;
+        if !out.iter().any(|o| o == v) {
+            out.push(v.to_string());
+        }
+    }
+    if out.is_empty() {
+        return Err(bad());
+    }
+    Ok(out)
+}
+
 /// Optional boolean field (default false).
 pub fn opt_bool(body: &Body, name: &str) -> Result<bool, ApiError> {
     match body.get(name) {

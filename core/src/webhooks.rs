@@ -275,27 +275,7 @@ pub fn events(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
 }
 
 fn parse_events(body: &web::Body) -> Result<Vec<String>, ApiError> {
-    let bad = || {
-        ApiError::validation(format!(
-            "events must be a non-empty array of: {}",
-            EVENTS.join(", ")
-        ))
-    };
-    let list = body
-        .get("events")
-        .and_then(Value::as_array)
-        .ok_or_else(bad)?;
-    let mut out: Vec<String> = Vec::new();
-    for e in list {
-        let e = e.as_str().filter(|e| EVENTS.contains(e)).ok_or_else(bad)?;
-        if !out.iter().any(|o| o == e) {
-            out.push(e.to_string());
-        }
-    }
-    if out.is_empty() {
-        return Err(bad());
-    }
-    Ok(out)
+    web::req_names(body, "events", EVENTS)
 }
 
 /// `POST /webhooks`.

@@ -265,3 +265,107 @@ fn rate_limits_with_headers() {
     let reset: u64 = r.header("x-ratelimit-reset").unwrap().parse().unwrap();
     assert!(reset > now_secs());
 }
+
+#[test]
+fn the_error_table_over_http() {
+    let host = Host::start(HostOptions::default());
+    let c = &host.client;
+    let u = register(c, "hank");
+    // 409s.
+    c.post(
+        "/api/auth/register",
+        &json!({ "email": "HANK@example.com", "username": "hank2", "password": PASSWORD }),
+        None,
+    )
+    .assert_error(409, "Email already registered");
+    c.post(
+        "/api/auth/register",
+        &json!({ "email": "hank2@example.com", "username": "Hank", "password": PASSWORD }),
+        None,
+    )
+    .assert_error(409, "Username already taken");
+    // Validation errors name the field.
+    c.post(
+        "/api/auth/register",
+        &json!({ "email": "nope", "username": "hank3", "password": PASSWORD }),
+        None,
+    )
+    .assert_error(
+        400,
+        "Validation error: email must be a valid e-mail address",
+    );
+    c.post(
+        "/api/auth/register",
+        &json!({ "email": "h3@example.com", "username": "hank3", "password": "short" }),
+        None,
+    )
+    .assert_error(
+        400,
+        "Validation error: password must be at least 8 characters",
+    );
+    // 2FA state errors.
+    c.post(
+        "/api/2fa/totp/verify-setup",
+        &json!({ "code": "123456" }),
+        Some(&u.access),
+    )
+    .assert_error(400, "2FA setup not initiated");
+    c.post(
+        "/api/2fa/backup-codes/generate",
+        &json!({}),
+        Some(&u.access),
+    )
+    .assert_error(400, "No 2FA method available");
+    c.post("/api/2fa/totp/setup", &json!({}), None)
+        .assert_error(401, "Invalid or expired token");
+    enable_totp(c, &u);
+    let methods = c.get("/api/2fa/methods", Some(&u.access)).data();
+    let id = methods["methods"][0]["id"].as_str().unwrap().to_string();
+    c.delete(&format!("/api/2fa/methods/{id}"), &u.access)
+        .assert_error(
+            400,
+            "Cannot remove the last 2FA method while 2FA is enabled",
+        );
+    c.delete(
+        "/api/2fa/devices/00000000-0000-4000-8000-000000000000",
+        &u.access,
+    )
+    .assert_error(404, "Resource not found");
+    // API key lacking a scope.
+    let key = c
+        .post(
+            "/api/api-keys",
+            &json!({ "name": "ro", "scopes": ["2fa:read"] }),
+            Some(&u.access),
+        )
+        .data();
+    let key = key["apiKey"].as_str().unwrap().to_string();
+    assert_eq!(
+        c.send("GET", "/api/2fa/methods", &[("X-API-Key", &key)], b"")
+            .status,
+        200
+    );
+    c.send("GET", "/api/auth/me", &[("X-API-Key", &key)], b"")
+        .assert_error(403, "Insufficient permissions. Required scope: user:read");
+    // Webhook signature check.
+    let hook = c
+        .post(
+            "/api/webhooks",
+            &json!({ "url": "https://hooks.example.com/x", "events": ["user.login"] }),
+            Some(&u.access),
+        )
+        .data();
+    c.post(
+        "/api/webhooks/verify-signature",
+        &json!({ "webhookId": hook["id"], "payload": "{}", "signature": "sha256=00" }),
+        Some(&u.access),
+    )
+    .assert_error(400, "Invalid webhook signature");
+    // Refresh with garbage.
+    c.post(
+        "/api/auth/refresh",
+        &json!({ "refreshToken": "garbage" }),
+        None,
+    )
+    .assert_error(401, "Invalid refresh token");
+}
