@@ -165,7 +165,7 @@ pub fn check_url(url: &str, production: bool, allow_private: bool) -> Result<(),
         if !(after.is_empty() || after.strip_prefix(':').is_some_and(valid_port)) {
             return Err(bad("must be a valid URL"));
         }
-        let ip: std::net::Ipv6Addr = h.parse().map_err(|_| bad("must be a valid URL"))?;
+        let ip: core::net::Ipv6Addr = h.parse().map_err(|_| bad("must be a valid URL"))?;
         if !allow_private && internal_v6(&ip) {
             return Err(bad("must not point at a private or internal address"));
         }
@@ -192,7 +192,7 @@ pub fn check_url(url: &str, production: bool, allow_private: bool) -> Result<(),
         .is_some_and(|l| l.chars().all(|c| c.is_ascii_digit()) || l.starts_with("0x"));
     if numeric {
         // Only plain dotted-quad IPv4 literals; other numeric forms are refused.
-        let ip: std::net::Ipv4Addr = host.parse().map_err(|_| bad("must be a valid URL"))?;
+        let ip: core::net::Ipv4Addr = host.parse().map_err(|_| bad("must be a valid URL"))?;
         if !allow_private && internal_v4(&ip) {
             return Err(bad("must not point at a private or internal address"));
         }
@@ -213,7 +213,7 @@ fn valid_port(p: &str) -> bool {
     !p.is_empty() && p.len() <= 5 && p.parse::<u16>().is_ok_and(|n| n > 0)
 }
 
-fn internal_v4(ip: &std::net::Ipv4Addr) -> bool {
+fn internal_v4(ip: &core::net::Ipv4Addr) -> bool {
     let [a, b, ..] = ip.octets();
     ip.is_private()
         || ip.is_loopback()
@@ -228,7 +228,7 @@ fn internal_v4(ip: &std::net::Ipv4Addr) -> bool {
         || a >= 240
 }
 
-fn internal_v6(ip: &std::net::Ipv6Addr) -> bool {
+fn internal_v6(ip: &core::net::Ipv6Addr) -> bool {
     if let Some(v4) = ip.to_ipv4_mapped() {
         return internal_v4(&v4);
     }
