@@ -53,46 +53,105 @@ pub fn schedule_record(env: &mut Env, key: &str, exp_ms: u64) -> Result<(), ApiE
     schedule(env, format!("r|{key}"), exp_ms)
 }
 
-/// Sweeps due buckets (at most [`MAX_BUCKETS_PER_TICK`]). Returns how many
-/// keys were deleted.
-pub fn tick(env: &mut Env) -> Result<usize, ApiError> {
-    let current = env.now_ms / BUCKET_MS;
-    let raw = env.store.get(PTR)?;
+/// A time-bucketed queue swept by a pointer: the shape shared by this
+/// module's expiry index and the webhook retry queue
+/// ([`crate::webhooks::due`]).
+pub(crate) struct BucketQueue {
+    /// Key of the pointer (the last bucket done).
+    pub ptr: &'static str,
+    /// Prefix of the per-bucket claim counters.
+    pub claim: &'static str,
+    /// Bucket length.
+    pub bucket_ms: u64,
+    /// Buckets processed by one call at most.
+    pub max_per_call: u64,
+    /// Where a missing pointer starts: this many buckets before the current.
+    pub start_behind: u64,
+    /// Run (best effort) once a bucket is done and the pointer has moved past
+    /// it: for queues whose entries must survive until then.
+    pub after: fn(&mut Env, u64),
+}
+
+/// Runs `each` on the buckets of `q` that have come due (steps 1, 2 and 4
+/// of the module documentation). Returns what it produced for every bucket
+/// it finished — also when a later step failed, so finished work is never
+/// dropped — and the first error, if any.
+pub(crate) fn drain_due<T>(
+    env: &mut Env,
+    q: &BucketQueue,
+    mut each: impl FnMut(&mut Env, u64) -> Result<T, ApiError>,
+) -> (Vec<T>, Result<(), ApiError>) {
+    let mut out = Vec::new();
+    let result = drain_into(env, q, &mut each, &mut out);
+    (out, result)
+}
+
+fn drain_into<T>(
+    env: &mut Env,
+    q: &BucketQueue,
+    each: &mut impl FnMut(&mut Env, u64) -> Result<T, ApiError>,
+    out: &mut Vec<T>,
+) -> Result<(), ApiError> {
+    let current = env.now_ms / q.bucket_ms;
+    let raw = env.store.get(q.ptr)?;
     let Some(raw) = raw else {
-        env.store.set(PTR, current.to_string().as_bytes())?;
-        return Ok(0);
+        let start = current.saturating_sub(q.start_behind);
+        env.store.set(q.ptr, start.to_string().as_bytes())?;
+        return Ok(());
     };
     let mut ptr: u64 = std::str::from_utf8(&raw)
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(current);
     let mut old = raw;
-    let mut removed = 0;
-    for _ in 0..MAX_BUCKETS_PER_TICK {
+    for _ in 0..q.max_per_call {
         let next = match ptr.checked_add(1) {
             Some(n) if n <= current => n,
             _ => break,
         };
-        // The claim is scoped to the current bucket: a sweeper that died
+        // The claim is scoped to the current bucket: a caller that died
         // half-way (its store failed) blocks the bucket only until the next
-        // five-minute window, when another caller sweeps it again (deletes
-        // are idempotent). Only the sweeper advances the pointer, so a
-        // bucket is never skipped.
-        let claim = format!("hk:c:{next}:{current}");
+        // bucket, when another caller processes it again (the work is
+        // idempotent). Only the claimer advances the pointer, so a bucket is
+        // never skipped.
+        let claim = format!("{}:{next}:{current}", q.claim);
         if env.store.increment(&claim, 1)? != 1 {
             break;
         }
-        removed += sweep(env, next)?;
+        let done = each(env, next)?;
         let new = next.to_string().into_bytes();
-        let advanced = env.store.compare_and_swap(PTR, &old, &new)?;
-        env.store.delete(&claim)?;
+        let advanced = env.store.compare_and_swap(q.ptr, &old, &new)?;
         if !advanced {
+            // Another caller moved the pointer: it owns the bucket now.
+            let _ = env.store.delete(&claim);
             break;
         }
+        // Past the pointer, the bucket is finished whatever happens next.
+        out.push(done);
+        (q.after)(env, next);
+        // A claim left behind by a failure here is never used again.
+        let _ = env.store.delete(&claim);
         ptr = next;
         old = new;
     }
-    Ok(removed)
+    Ok(())
+}
+
+const EXPIRY: BucketQueue = BucketQueue {
+    ptr: PTR,
+    claim: "hk:c",
+    bucket_ms: BUCKET_MS,
+    max_per_call: MAX_BUCKETS_PER_TICK,
+    start_behind: 0,
+    // `sweep` deletes each entry right after its key, so nothing is left.
+    after: |_, _| {},
+};
+
+/// Sweeps due buckets (at most [`MAX_BUCKETS_PER_TICK`]). Returns how many
+/// keys were deleted.
+pub fn tick(env: &mut Env) -> Result<usize, ApiError> {
+    let (removed, result) = drain_due(env, &EXPIRY, sweep);
+    result.map(|()| removed.into_iter().sum())
 }
 
 fn sweep(env: &mut Env, bucket: u64) -> Result<usize, ApiError> {

@@ -80,11 +80,11 @@ impl Service {
                 Effect::Webhook(call) => out.webhooks.push(call),
             }
         }
-        match webhooks::due(env) {
-            Ok(calls) => out.webhooks.extend(calls),
-            Err(_) => out
-                .log
-                .push("webhooks: retry queue unavailable".to_string()),
+        let (retries, result) = webhooks::due(env);
+        out.webhooks.extend(retries);
+        if result.is_err() {
+            out.log
+                .push("webhooks: retry queue unavailable".to_string());
         }
         if housekeeping::tick(env).is_err() {
             out.log.push("housekeeping: store unavailable".to_string());

@@ -621,65 +621,58 @@ pub fn record_result(
     Ok(log)
 }
 
-/// Retries that have come due (a few queue buckets per call).
-pub fn due(env: &mut Env) -> Result<Vec<WebhookCall>, ApiError> {
-    const PTR: &str = "wq:ptr";
-    let current = env.now_ms / QUEUE_BUCKET_MS;
-    let Some(raw) = env.store.get(PTR)? else {
-        env.store
-            .set(PTR, current.saturating_sub(1).to_string().as_bytes())?;
-        return Ok(vec![]);
-    };
-    let mut ptr: u64 = std::str::from_utf8(&raw)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(current);
-    let mut old = raw;
+const RETRY_QUEUE: crate::housekeeping::BucketQueue = crate::housekeeping::BucketQueue {
+    ptr: "wq:ptr",
+    claim: "wq:c",
+    bucket_ms: QUEUE_BUCKET_MS,
+    max_per_call: QUEUE_BUCKETS_PER_TICK,
+    start_behind: 1,
+    after: forget_bucket,
+};
+
+/// Retries that have come due (a few queue buckets per call), through the
+/// same bucket sweeper as housekeeping; with the first error, if any (the
+/// calls of finished buckets are returned all the same).
+pub fn due(env: &mut Env) -> (Vec<WebhookCall>, Result<(), ApiError>) {
+    let (calls, result) = crate::housekeeping::drain_due(env, &RETRY_QUEUE, drain);
+    (calls.into_iter().flatten().collect(), result)
+}
+
+/// The due retries of one queue bucket. Entries stay until the pointer has
+/// moved past the bucket ([`forget_bucket`]): if anything fails first, the
+/// bucket is drained again later, and a delivery already attempted is not
+/// due any more, so nothing is lost or sent twice.
+fn drain(env: &mut Env, bucket: u64) -> Result<Vec<WebhookCall>, ApiError> {
+    let n = env.store.increment(&format!("wq:n:{bucket}"), 0)?.max(0) as u64;
     let mut calls = Vec::new();
-    for _ in 0..QUEUE_BUCKETS_PER_TICK {
-        let next = match ptr.checked_add(1) {
-            Some(n) if n <= current => n,
-            _ => break,
+    for i in 1..=n {
+        let entry = format!("wq:e:{bucket}:{i}");
+        let Some(id) = env
+            .store
+            .get(&entry)?
+            .and_then(|v| String::from_utf8(v).ok())
+        else {
+            continue;
         };
-        let claim = format!("wq:c:{next}");
-        if env.store.increment(&claim, 1)? == 1 {
-            calls.extend(drain(env, next)?);
+        let Some(d) = records::load::<DeliveryRecord>(env.store, &delivery_key(&id))? else {
+            continue;
+        };
+        let due = d.status == "pending" && d.next_attempt_ms.is_some_and(|t| t <= env.now_ms);
+        let hook: Option<WebhookRecord> = records::load(env.store, &hook_key(&d.webhook_id))?;
+        if let Some(h) = hook.filter(|h| h.active && due) {
+            calls.push(call_for(&h, &d));
         }
-        let new = next.to_string().into_bytes();
-        let advanced = env.store.compare_and_swap(PTR, &old, &new)?;
-        env.store.delete(&claim)?;
-        if !advanced {
-            break;
-        }
-        ptr = next;
-        old = new;
     }
     Ok(calls)
 }
 
-fn drain(env: &mut Env, bucket: u64) -> Result<Vec<WebhookCall>, ApiError> {
+/// Drops a drained bucket's entries (best effort: a leftover entry points at
+/// a delivery that is no longer due).
+fn forget_bucket(env: &mut Env, bucket: u64) {
     let count_key = format!("wq:n:{bucket}");
-    let n = env.store.increment(&count_key, 0)?.max(0) as u64;
-    let mut calls = Vec::new();
+    let n = env.store.increment(&count_key, 0).unwrap_or(0).max(0) as u64;
     for i in 1..=n {
-        let entry = format!("wq:e:{bucket}:{i}");
-        if let Some(id) = env
-            .store
-            .get(&entry)?
-            .and_then(|v| String::from_utf8(v).ok())
-        {
-            if let Some(d) = records::load::<DeliveryRecord>(env.store, &delivery_key(&id))? {
-                let hook: Option<WebhookRecord> =
-                    records::load(env.store, &hook_key(&d.webhook_id))?;
-                if let Some(h) = hook.filter(|h| h.active) {
-                    if d.status == "pending" {
-                        calls.push(call_for(&h, &d));
-                    }
-                }
-            }
-        }
-        env.store.delete(&entry)?;
+        let _ = env.store.delete(&format!("wq:e:{bucket}:{i}"));
     }
-    env.store.delete(&count_key)?;
-    Ok(calls)
+    let _ = env.store.delete(&count_key);
 }

@@ -402,3 +402,41 @@ fn verify_signature_endpoint_and_deletion() {
         "Resource not found",
     );
 }
+
+#[test]
+fn a_retry_interrupted_by_a_store_failure_is_not_lost() {
+    use tfa_core::testing::FailingStore;
+    // Fail the n-th store operation of the request during which the retry
+    // comes due, for every n; once the store is back, the retry still goes out.
+    for n in 1..40 {
+        let mut h = Harness::with(test_config(&[]), FailingStore::new(MemoryStore::new()));
+        let u = register(&mut h, "rita");
+        let resp = h.call(bearer(
+            post(
+                "/webhooks",
+                json!({ "url": "https://hooks.example.com/tfa", "events": ["webhook.test"] }),
+            ),
+            &u.access,
+        ));
+        let id = data(&resp)["id"].as_str().unwrap().to_string();
+        h.webhook_answers.push_back(Ok(500));
+        h.call(bearer(
+            post(&format!("/webhooks/{id}/test"), json!({})),
+            &u.access,
+        ));
+        assert_eq!(h.webhook_calls.len(), 1);
+        h.advance_secs(60);
+        h.store.fail_after(n);
+        h.call(get("/health/live"));
+        h.store.disarm();
+        for _ in 0..3 {
+            h.advance_secs(30);
+            h.call(get("/health/live"));
+        }
+        assert_eq!(
+            h.webhook_calls.len(),
+            2,
+            "failure at op {n}: the retry was lost or doubled"
+        );
+    }
+}
