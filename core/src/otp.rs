@@ -84,6 +84,11 @@ pub struct PendingSend {
     purpose: Purpose,
     slot: Option<Slot>,
     success: Response,
+    /// The hash of the code being sent (what a failure takes back).
+    hash: String,
+    /// The code it replaced, restored if the delivery fails: a failed
+    /// resend must not cost the user the code they already have.
+    previous: Option<OtpCode>,
 }
 
 /// An E.164 phone number (`+` and 8–15 digits) with spaces, dots, dashes and
@@ -214,15 +219,20 @@ fn send(
             .ok_or(ApiError::Internal)?,
         attempts: 0,
     };
-    records::update(
+    let previous = records::update(
         ctx.env.store,
         &format!("user:{user_id}"),
         |u: &mut UserRecord| {
             u.prune(now);
+            let previous = u
+                .codes
+                .iter()
+                .find(|c| c.method == channel.name() && c.purpose == purpose)
+                .cloned();
             u.codes
                 .retain(|c| !(c.method == channel.name() && c.purpose == purpose));
             u.codes.push(entry.clone());
-            Ok(())
+            Ok(previous)
         },
     )?
     .ok_or(ApiError::InvalidToken)?;
@@ -238,6 +248,8 @@ fn send(
             purpose,
             slot,
             success: web::ok(200, success),
+            hash: entry.hash,
+            previous,
         }),
     ))
 }
@@ -265,12 +277,21 @@ pub fn finish_send(
                 p.channel.name(),
                 p.user_id
             ));
+            // Take back the code that was not delivered; put back the one
+            // it replaced (unless yet another code has come since).
+            let now = ctx.now_ms();
             records::update(
                 ctx.env.store,
                 &format!("user:{}", p.user_id),
                 |u: &mut UserRecord| {
-                    u.codes
-                        .retain(|c| !(c.method == p.channel.name() && c.purpose == p.purpose));
+                    let before = u.codes.len();
+                    u.codes.retain(|c| c.hash != p.hash);
+                    let ours_was_current = u.codes.len() < before;
+                    if let Some(prev) = &p.previous {
+                        if ours_was_current && prev.exp_ms > now {
+                            u.codes.push(prev.clone());
+                        }
+                    }
                     Ok(())
                 },
             )?;

@@ -380,6 +380,41 @@ fn failed_delivery_withdraws_the_code_and_refunds_the_slot() {
 }
 
 #[test]
+fn failed_resend_keeps_the_code_already_sent() {
+    let mut h = Harness::new();
+    let u = register(&mut h, "gwen");
+    enable_sms(&mut h, &u);
+    let temp = temp_token(&mut h, &u, "192.0.2.1");
+    let send = |h: &mut Harness| {
+        h.call(post(
+            "/2fa/send-code",
+            json!({ "tempToken": temp, "method": "sms" }),
+        ))
+    };
+    assert_eq!(send(&mut h).status, 200);
+    let first = h.last_code().unwrap();
+    h.delivery_mode = DeliveryMode::Fail;
+    assert_error(&send(&mut h), 503, "Failed to send verification code");
+    let undelivered = h.last_code().unwrap();
+    h.delivery_mode = DeliveryMode::Succeed;
+    if undelivered != first {
+        assert_error(
+            &h.call(post(
+                "/2fa/verify",
+                json!({ "tempToken": temp, "code": undelivered }),
+            )),
+            400,
+            "Invalid verification code",
+        );
+    }
+    let resp = h.call(post(
+        "/2fa/verify",
+        json!({ "tempToken": temp, "code": first }),
+    ));
+    assert_eq!(resp.status, 200, "{:?}", resp.json());
+}
+
+#[test]
 fn sms_send_limit_is_five_per_hour_per_user() {
     let mut h = Harness::new();
     let u = register(&mut h, "hank");
