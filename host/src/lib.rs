@@ -20,7 +20,9 @@
 //! `target/wasm32-wasip2/release/spin_app.wasm`), `SPIN_MANIFEST` (default
 //! `./spin.toml` when present) and `ALLOWED_OUTBOUND_HOSTS`. Test hook:
 //! `TFA_FAIL_STORE_AFTER=N` makes every store operation from the N-th on fail
-//! (`TFA_FAIL_STORE_COUNT=K` limits that to K operations).
+//! (`TFA_FAIL_STORE_COUNT=K` limits that to K operations);
+//! `TFA_CLOCK_OFFSET_MS=N` shows the component a wall clock N ms ahead (to
+//! reach the webhook retry schedule without waiting for it).
 //!
 //! It always listens on 127.0.0.1.
 
@@ -66,6 +68,8 @@ pub struct HostSettings {
     pub fail_store_after: Option<u64>,
     /// Fault injection: how many operations fail.
     pub fail_store_count: Option<u64>,
+    /// Test hook: the component's wall clock runs this many ms ahead.
+    pub clock_offset_ms: u64,
 }
 
 impl HostSettings {
@@ -107,6 +111,7 @@ impl HostSettings {
             allowed_outbound_hosts: get("ALLOWED_OUTBOUND_HOSTS"),
             fail_store_after: num("TFA_FAIL_STORE_AFTER")?,
             fail_store_count: num("TFA_FAIL_STORE_COUNT")?,
+            clock_offset_ms: num("TFA_CLOCK_OFFSET_MS")?.unwrap_or(0),
         })
     }
 }
@@ -202,7 +207,14 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
         variables,
         env: wasi_env,
         allow: Arc::new(allow),
+        clock_offset: std::time::Duration::from_millis(settings.clock_offset_ms),
     });
+    if settings.clock_offset_ms > 0 {
+        eprintln!(
+            "tfa-host: test hook: the component's clock runs {} ms ahead",
+            settings.clock_offset_ms
+        );
+    }
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", settings.port))
         .await
         .with_context(|| format!("cannot listen on 127.0.0.1:{}", settings.port))?;

@@ -59,6 +59,26 @@ pub struct Shared {
     pub env: Vec<(String, String)>,
     /// Hosts the component may call.
     pub allow: Arc<AllowList>,
+    /// Test hook (`TFA_CLOCK_OFFSET_MS`): how far ahead the component's
+    /// wall clock runs; zero in normal use.
+    pub clock_offset: Duration,
+}
+
+/// The system wall clock moved ahead by a fixed offset.
+struct OffsetClock(Duration);
+
+impl wasmtime_wasi::HostWallClock for OffsetClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+
+    #[allow(clippy::disallowed_methods)] // the host is where the clock is read
+    fn now(&self) -> Duration {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_add(self.0)
+    }
 }
 
 impl Shared {
@@ -102,7 +122,11 @@ impl HostState {
     /// Fresh state for one request.
     pub fn new(shared: &Arc<Shared>) -> HostState {
         let allow = shared.allow.clone();
-        let wasi = WasiCtx::builder()
+        let mut builder = WasiCtx::builder();
+        if !shared.clock_offset.is_zero() {
+            builder.wall_clock(OffsetClock(shared.clock_offset));
+        }
+        let wasi = builder
             .envs(&shared.env)
             .inherit_stdout()
             .inherit_stderr()
@@ -113,8 +137,14 @@ impl HostState {
             .allow_udp(false)
             .allow_ip_name_lookup(true)
             .socket_addr_check(move |addr, use_| {
-                let ok = matches!(use_, wasmtime_wasi::sockets::SocketAddrUse::TcpConnect)
-                    && allow.allows_tcp(&addr);
+                use wasmtime_wasi::sockets::SocketAddrUse;
+                let ok = match use_ {
+                    SocketAddrUse::TcpConnect => allow.allows_tcp(&addr),
+                    // The ephemeral local port a connect binds implicitly
+                    // (checked as a bind of the unspecified address, port 0).
+                    SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
+                    _ => false,
+                };
                 Box::pin(async move { ok })
             })
             .build();
@@ -667,6 +697,7 @@ mod tests {
                 .collect(),
             env: vec![],
             allow: Arc::new(AllowList::default()),
+            clock_offset: Duration::ZERO,
         });
         (HostState::new(&shared), dir)
     }
