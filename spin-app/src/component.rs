@@ -4,10 +4,7 @@ use std::cell::OnceCell;
 use std::collections::HashMap;
 
 use futures::{SinkExt, StreamExt};
-use spin_sdk::http::{
-    conversions::TryIntoOutgoingRequest, Fields, IncomingRequest, Method, OutgoingRequest,
-    OutgoingResponse, ResponseOutparam, Scheme,
-};
+use spin_sdk::http::{Fields, IncomingRequest, OutgoingResponse, ResponseOutparam};
 use spin_sdk::http_component;
 use spin_sdk::key_value;
 use spin_sdk::wit::wasi::keyvalue::{atomics, batch, store as wasi_store};
@@ -136,6 +133,13 @@ async fn read_request(req: IncomingRequest) -> Result<Request, Response> {
             headers.push((name, value));
         }
     }
+    // wasi:http carries the `Host` header as the request's authority; core
+    // compares it with `Origin` for same-origin requests.
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        if let Some(authority) = req.authority() {
+            headers.push(("host".to_string(), authority));
+        }
+    }
     let mut body = Vec::new();
     let mut stream = req.into_body_stream();
     while let Some(chunk) = stream.next().await {
@@ -226,78 +230,21 @@ fn stamp(rng: &mut WasiRng) -> tfa_core::smtp::Stamp {
     }
 }
 
-/// Core's HTTP call, sent exactly as built (headers in order, explicit
-/// `Content-Length` kept).
-struct ExactCall(HttpCall);
-
-impl TryIntoOutgoingRequest for ExactCall {
-    type Error = String;
-
-    fn try_into_outgoing_request(self) -> Result<(OutgoingRequest, Option<Vec<u8>>), String> {
-        let call = self.0;
-        let url = util::split_url(&call.url)?;
-        let fields: Vec<(String, Vec<u8>)> = call
-            .headers
-            .iter()
-            .map(|(k, v)| (k.to_ascii_lowercase(), v.as_bytes().to_vec()))
-            .collect();
-        let headers =
-            Fields::from_list(&fields).map_err(|e| format!("invalid request headers: {e:?}"))?;
-        let request = OutgoingRequest::new(headers);
-        request
-            .set_method(&method_of(&call.method))
-            .map_err(|()| format!("invalid method {:?}", call.method))?;
-        request
-            .set_scheme(Some(if url.https {
-                &Scheme::Https
-            } else {
-                &Scheme::Http
-            }))
-            .map_err(|()| "invalid scheme".to_string())?;
-        request
-            .set_authority(Some(&url.authority))
-            .map_err(|()| format!("invalid authority {:?}", url.authority))?;
-        request
-            .set_path_with_query(Some(&url.path_with_query))
-            .map_err(|()| format!("invalid path {:?}", url.path_with_query))?;
-        Ok((request, Some(call.body)))
-    }
-}
-
-fn method_of(m: &str) -> Method {
-    match m.to_ascii_uppercase().as_str() {
-        "GET" => Method::Get,
-        "POST" => Method::Post,
-        "PUT" => Method::Put,
-        "DELETE" => Method::Delete,
-        "PATCH" => Method::Patch,
-        "HEAD" => Method::Head,
-        "OPTIONS" => Method::Options,
-        other => Method::Other(other.to_string()),
-    }
-}
-
 /// Sends a webhook call; the status of any answer, or why none came.
 async fn http_status(call: HttpCall) -> Result<u16, String> {
-    let target = call.url.split('?').next().unwrap_or("").to_string();
-    spin_sdk::http::send::<_, spin_sdk::http::Response>(ExactCall(call))
-        .await
-        .map(|r| *r.status())
-        .map_err(|e| format!("request to {target} failed: {e}"))
+    crate::outbound::send(&call).map(|a| a.status)
 }
 
 async fn send_http(call: HttpCall) -> Result<(), DeliveryError> {
     let target = call.url.split('?').next().unwrap_or("").to_string();
-    let response: spin_sdk::http::Response = spin_sdk::http::send(ExactCall(call))
-        .await
-        .map_err(|e| DeliveryError(format!("request to {target} failed: {e}")))?;
-    let status = *response.status();
-    if (200..300).contains(&status) {
+    let answer = crate::outbound::send(&call).map_err(DeliveryError)?;
+    if (200..300).contains(&answer.status) {
         Ok(())
     } else {
         Err(DeliveryError(format!(
-            "{target} answered {status}: {}",
-            util::excerpt(response.body(), 200)
+            "{target} answered {}: {}",
+            answer.status,
+            util::excerpt(&answer.body, 200)
         )))
     }
 }

@@ -20,7 +20,8 @@
 //!    (Spin key-value store `default`, plus `wasi:keyvalue` atomics and batch
 //!    on the same store), the rng (`wasi:random`) and the clock (read once).
 //! 5. **While the step is `Step::Deliver`**, perform the delivery (an SMS is
-//!    sent as the exact HTTP request core built, over Spin outbound HTTP;
+//!    sent as the exact HTTP request core built, over `wasi:http` outbound
+//!    HTTP with connect and response time limits, see `outbound.rs`;
 //!    an e-mail goes over SMTP through `wasi:sockets` and rustls, see
 //!    `smtp.rs`) and call `Service::resume` with its result.
 //! 6. **Write the reply's response** and finish its body, so the client has
@@ -37,5 +38,7 @@ pub mod util;
 
 #[cfg(target_arch = "wasm32")]
 mod component;
+#[cfg(target_arch = "wasm32")]
+mod outbound;
 #[cfg(target_arch = "wasm32")]
 mod smtp;
