@@ -49,4 +49,4 @@ step "core SMTP client (scripted servers, property tests)"
 cargo test -p tfa-core --lib smtp
 
 step "core SMTP client against aiosmtpd (plain, STARTTLS, implicit TLS, AUTH)"
-cargo test -p tfa-core --test smtp_live
+cargo test -p e2e-tests --test smtp_client_live

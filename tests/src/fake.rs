@@ -1,6 +1,7 @@
 //! A tiny HTTP/1.1 server on 127.0.0.1 for services that cannot be reached
 //! from here (Twilio's API) and for webhook receivers: it records every
-//! request and answers from a queue of statuses (then 201).
+//! request and answers from a queue of statuses (then 201); the status
+//! [`HANG`] holds the connection without answering, to make callers time out.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -8,6 +9,12 @@ use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// A queued "status" that never answers: the connection is held for
+/// [`HANG_FOR`] and then closed.
+pub const HANG: u16 = 0;
+/// How long a [`HANG`] holds the connection.
+pub const HANG_FOR: Duration = Duration::from_secs(20);
 
 /// One request as received.
 #[derive(Debug, Clone)]
@@ -57,23 +64,8 @@ impl FakeServer {
             while !st.load(Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((stream, _)) => {
-                        let _ = stream.set_nonblocking(false);
-                        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-                        if let Some(req) = read_request(&stream) {
-                            let status =
-                                s.lock().ok().and_then(|mut q| q.pop_front()).unwrap_or(201);
-                            if let Ok(mut v) = r.lock() {
-                                v.push(req);
-                            }
-                            let body = br#"{"sid":"SM00000000000000000000000000000000","status":"queued"}"#;
-                            let mut w = &stream;
-                            let _ = write!(
-                                w,
-                                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                                body.len()
-                            );
-                            let _ = w.write_all(body);
-                        }
+                        let (r, s) = (r.clone(), s.clone());
+                        std::thread::spawn(move || answer(stream, &r, &s));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(20)),
                 }
@@ -109,6 +101,39 @@ impl Drop for FakeServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
     }
+}
+
+/// Reads one request, records it, answers it from the queue.
+fn answer(
+    stream: std::net::TcpStream,
+    received: &Mutex<Vec<Received>>,
+    statuses: &Mutex<VecDeque<u16>>,
+) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let Some(req) = read_request(&stream) else {
+        return;
+    };
+    let status = statuses
+        .lock()
+        .ok()
+        .and_then(|mut q| q.pop_front())
+        .unwrap_or(201);
+    if let Ok(mut v) = received.lock() {
+        v.push(req);
+    }
+    if status == HANG {
+        std::thread::sleep(HANG_FOR);
+        return;
+    }
+    let body = br#"{"sid":"SM00000000000000000000000000000000","status":"queued"}"#;
+    let mut w = &stream;
+    let _ = write!(
+        w,
+        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = w.write_all(body);
 }
 
 fn read_request(stream: &std::net::TcpStream) -> Option<Received> {

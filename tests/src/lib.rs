@@ -15,6 +15,7 @@ pub mod fake;
 pub mod filter_build;
 pub mod procs;
 pub mod proxy_wasm_host;
+pub mod smtp;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

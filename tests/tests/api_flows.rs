@@ -175,6 +175,29 @@ fn refresh_rotation_cookie_csrf_and_logout() {
     );
     c.get("/api/auth/me", Some(access))
         .assert_error(401, "Invalid or expired token");
+
+    // The service's own origin (the Host the client sent) passes the CSRF
+    // check; another origin does not.
+    let refresh = login(c, "bob").data()["refreshToken"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let cookie = format!("refreshToken={refresh}");
+    c.send(
+        "POST",
+        "/api/auth/refresh",
+        &[("Cookie", &cookie), ("Origin", "https://evil.example")],
+        b"",
+    )
+    .assert_error(403, "Invalid CSRF origin");
+    let own = format!("http://127.0.0.1:{}", host.port);
+    let r = c.send(
+        "POST",
+        "/api/auth/refresh",
+        &[("Cookie", &cookie), ("Origin", &own)],
+        b"",
+    );
+    assert!(r.data()["accessToken"].is_string(), "{}", r.json());
 }
 
 #[test]

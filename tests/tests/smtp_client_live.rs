@@ -1,6 +1,6 @@
 //! `tfa_core::smtp` against a real SMTP server: aiosmtpd, started by each
-//! test from `tests/smtp/server.py` on 127.0.0.1 and stopped when the test
-//! ends. The test owns the socket (`std::net::TcpStream`) and TLS (`rustls`
+//! test from `tests/smtp/server.py` on 127.0.0.1 ([`SmtpServer`]) and stopped
+//! when the test ends. The test owns the socket (`std::net::TcpStream`) and TLS (`rustls`
 //! with the RustCrypto provider, trusting the test CA the script makes).
 //!
 //! These tests FAIL, never skip, when Python (`$TFA_PYTHON`, default
@@ -9,13 +9,12 @@
 
 #![allow(clippy::disallowed_types)] // the test is the host: it owns the TcpStream.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
+
+use e2e::smtp::SmtpServer;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -25,143 +24,6 @@ use tfa_core::outbox::{EmailMessage, SmtpTls};
 use tfa_core::smtp::{ClientOptions, SmtpClient, SmtpError, Stage, Stamp};
 
 const STEP: Duration = Duration::from_secs(10);
-
-/// The Python that has aiosmtpd: `$TFA_PYTHON`, else `python3`.
-fn python() -> String {
-    std::env::var("TFA_PYTHON").unwrap_or_else(|_| "python3".to_string())
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
-/// One aiosmtpd process and its mail directory.
-struct Server {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl Server {
-    fn start(args: &[&str]) -> Server {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "tfa-smtp-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("mail dir");
-        let stderr = std::fs::File::create(dir.join("server.log")).expect("log file");
-        let script = repo_root().join("tests/smtp/server.py");
-        let mut child = Command::new(python())
-            .arg(&script)
-            .arg("--dir")
-            .arg(&dir)
-            .args(["--lifetime", "120"])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap_or_else(|e| {
-                let _ = std::fs::remove_dir_all(&dir);
-                panic!(
-                    "cannot run {} ({e}): run scripts/test-smtp.sh, which installs what these tests need",
-                    python()
-                )
-            });
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
-        let port = line
-            .strip_prefix("READY ")
-            .and_then(|p| p.trim().parse().ok());
-        let Some(port) = port else {
-            let _ = child.kill();
-            let _ = child.wait();
-            let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
-            let _ = std::fs::remove_dir_all(&dir);
-            panic!(
-                "the SMTP test server did not start (is aiosmtpd installed? run scripts/test-smtp.sh):\n{log}"
-            );
-        };
-        Server { child, port, dir }
-    }
-
-    fn ca_pem(&self) -> String {
-        std::fs::read_to_string(self.dir.join("ca.pem")).expect("ca.pem")
-    }
-
-    /// Waits (at most 10 s) for message `n` and returns it parsed by
-    /// Python's e-mail package, with the session facts the server saw.
-    fn message(&self, n: usize) -> (Value, Value, String) {
-        let eml = self.dir.join(format!("{n}.eml"));
-        for _ in 0..100 {
-            if eml.exists() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let raw = std::fs::read_to_string(&eml).expect("the server received no message");
-        let meta: Value = serde_json::from_str(
-            &std::fs::read_to_string(self.dir.join(format!("{n}.json"))).expect("meta"),
-        )
-        .expect("meta json");
-        let out = Command::new(python())
-            .arg(repo_root().join("tests/smtp/parse_eml.py"))
-            .arg(&eml)
-            .output()
-            .expect("parse_eml.py");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (
-            serde_json::from_slice(&out.stdout).expect("parsed json"),
-            meta,
-            raw,
-        )
-    }
-
-    fn count(&self) -> usize {
-        std::fs::read_dir(&self.dir)
-            .map(|d| {
-                d.filter(|e| {
-                    e.as_ref()
-                        .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "eml"))
-                })
-                .count()
-            })
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // Closing stdin asks the script to stop; then wait up to 5 s.
-        drop(self.child.stdin.take());
-        for _ in 0..50 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                let _ = std::fs::remove_dir_all(&self.dir);
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 // ------------------------------------------------------------- the "host"
 
@@ -298,7 +160,7 @@ fn message(tls: SmtpTls, auth: Option<(&str, &str)>) -> EmailMessage {
 }
 
 /// The checks every delivered message must pass.
-fn assert_delivered(server: &Server, msg: &EmailMessage) -> Value {
+fn assert_delivered(server: &SmtpServer, msg: &EmailMessage) -> Value {
     let (parsed, meta, raw) = server.message(1);
     assert_eq!(parsed["defects"], serde_json::json!([]), "{raw}");
     assert_eq!(parsed["subject"], msg.subject.as_str());
@@ -333,7 +195,7 @@ fn assert_delivered(server: &Server, msg: &EmailMessage) -> Value {
 
 #[test]
 fn plain_session_without_auth() {
-    let server = Server::start(&["--tls", "none"]);
+    let server = SmtpServer::start(&["--tls", "none"]);
     let msg = message(SmtpTls::StartTlsIfOffered, None);
     send(&msg, server.port, None).expect("sent");
     let meta = assert_delivered(&server, &msg);
@@ -343,7 +205,7 @@ fn plain_session_without_auth() {
 
 #[test]
 fn starttls_then_auth() {
-    let server = Server::start(&["--tls", "starttls", "--auth", "mailer:pa ss:wörd"]);
+    let server = SmtpServer::start(&["--tls", "starttls", "--auth", "mailer:pa ss:wörd"]);
     // A host name this time: the certificate names both.
     let mut msg = message(SmtpTls::StartTlsIfOffered, Some(("mailer", "pa ss:wörd")));
     msg.host = "localhost".into();
@@ -355,7 +217,7 @@ fn starttls_then_auth() {
 
 #[test]
 fn starttls_with_auth_login_only() {
-    let server = Server::start(&[
+    let server = SmtpServer::start(&[
         "--tls",
         "starttls",
         "--auth",
@@ -372,7 +234,7 @@ fn starttls_with_auth_login_only() {
 
 #[test]
 fn starttls_without_auth() {
-    let server = Server::start(&["--tls", "starttls"]);
+    let server = SmtpServer::start(&["--tls", "starttls"]);
     let msg = message(SmtpTls::StartTlsIfOffered, None);
     send(&msg, server.port, Some(&server.ca_pem())).expect("sent");
     assert_eq!(assert_delivered(&server, &msg)["tls"], true);
@@ -380,7 +242,7 @@ fn starttls_without_auth() {
 
 #[test]
 fn implicit_tls_with_auth() {
-    let server = Server::start(&["--tls", "implicit", "--auth", "mailer:secret"]);
+    let server = SmtpServer::start(&["--tls", "implicit", "--auth", "mailer:secret"]);
     let msg = message(SmtpTls::Implicit, Some(("mailer", "secret")));
     send(&msg, server.port, Some(&server.ca_pem())).expect("sent");
     let meta = assert_delivered(&server, &msg);
@@ -390,7 +252,7 @@ fn implicit_tls_with_auth() {
 
 #[test]
 fn plain_auth_is_allowed_on_loopback() {
-    let server = Server::start(&["--tls", "none", "--auth", "mailer:secret"]);
+    let server = SmtpServer::start(&["--tls", "none", "--auth", "mailer:secret"]);
     let msg = message(SmtpTls::StartTlsIfOffered, Some(("mailer", "secret")));
     send(&msg, server.port, None).expect("sent");
     let meta = assert_delivered(&server, &msg);
@@ -400,7 +262,7 @@ fn plain_auth_is_allowed_on_loopback() {
 
 #[test]
 fn plain_auth_is_refused_for_a_remote_server_name() {
-    let server = Server::start(&["--tls", "none", "--auth", "mailer:secret"]);
+    let server = SmtpServer::start(&["--tls", "none", "--auth", "mailer:secret"]);
     let mut msg = message(SmtpTls::StartTlsIfOffered, Some(("mailer", "secret")));
     msg.host = "smtp.example.test".into();
     match send(&msg, server.port, None) {
@@ -414,7 +276,7 @@ fn plain_auth_is_refused_for_a_remote_server_name() {
 
 #[test]
 fn wrong_password_is_the_servers_535() {
-    let server = Server::start(&["--tls", "starttls", "--auth", "mailer:secret"]);
+    let server = SmtpServer::start(&["--tls", "starttls", "--auth", "mailer:secret"]);
     let msg = message(SmtpTls::StartTlsIfOffered, Some(("mailer", "nope")));
     match send(&msg, server.port, Some(&server.ca_pem())) {
         Err(Failure::Smtp(e)) => {
@@ -428,7 +290,7 @@ fn wrong_password_is_the_servers_535() {
 
 #[test]
 fn untrusted_certificate_stops_before_any_credential() {
-    let server = Server::start(&["--tls", "starttls", "--auth", "mailer:secret"]);
+    let server = SmtpServer::start(&["--tls", "starttls", "--auth", "mailer:secret"]);
     let msg = message(SmtpTls::StartTlsIfOffered, Some(("mailer", "secret")));
     match send(&msg, server.port, None) {
         Err(Failure::Io(e)) => assert!(e.contains("TLS handshake"), "{e}"),

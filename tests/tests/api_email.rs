@@ -1,0 +1,262 @@
+//! E-mail codes through the real component: the `.wasm` in the local host
+//! opens a TCP connection with `wasi:sockets` (allowed as `tcp://…` in the
+//! outbound allow-list), runs TLS with rustls inside the component, and talks
+//! SMTP to a real server (aiosmtpd from `tests/smtp/server.py`) that the test
+//! starts and stops. Also what happens when the server refuses or never
+//! answers.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use e2e::api::*;
+use e2e::procs::{Host, HostOptions};
+use e2e::smtp::SmtpServer;
+use serde_json::{json, Value};
+
+/// Settings that point the service at `port` on 127.0.0.1.
+fn email_settings(port: u16, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("EMAIL_HOST".to_string(), "127.0.0.1".to_string()),
+        ("EMAIL_PORT".to_string(), port.to_string()),
+        (
+            "EMAIL_FROM".to_string(),
+            "Example 2FA <no-reply@example.com>".to_string(),
+        ),
+        (
+            "ALLOWED_OUTBOUND_HOSTS".to_string(),
+            format!("tcp://127.0.0.1:{port}"),
+        ),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env
+}
+
+/// The six-digit code in a message body.
+fn code_in(body: &str) -> String {
+    body.split("verification code is ")
+        .nth(1)
+        .and_then(|rest| rest.get(..6))
+        .unwrap_or_else(|| panic!("no code in {body:?}"))
+        .to_string()
+}
+
+/// Message `n` as the server got it: the code of its text part, after the
+/// checks every code e-mail must pass.
+fn received_code(server: &SmtpServer, n: usize, to: &str) -> (String, Value) {
+    let (parsed, meta, raw) = server.message(n);
+    assert_eq!(parsed["defects"], json!([]), "{raw}");
+    assert_eq!(parsed["to"], to);
+    assert_eq!(parsed["from"], "Example 2FA <no-reply@example.com>");
+    assert_eq!(parsed["content_type"], "multipart/alternative");
+    let parts = parsed["parts"].as_array().expect("parts");
+    assert_eq!(parts.len(), 2, "{raw}");
+    assert_eq!(parts[0]["content_type"], "text/plain");
+    assert_eq!(parts[1]["content_type"], "text/html");
+    let text = parts[0]["body"].as_str().expect("text part");
+    let code = code_in(text);
+    assert!(
+        parts[1]["body"]
+            .as_str()
+            .is_some_and(|h| h.contains(&format!("<strong>{code}</strong>"))),
+        "the HTML part carries the same code: {raw}"
+    );
+    assert_eq!(meta["rcpt_tos"], json!([to]));
+    assert_eq!(meta["mail_from"], "no-reply@example.com");
+    (code, meta)
+}
+
+/// Enrols e-mail as the second factor, then logs in with an e-mailed code.
+fn enrol_and_log_in(host: &Host, server: &SmtpServer, name: &str) -> Value {
+    let c = &host.client;
+    let u = register(c, name);
+    let r = c.post(
+        "/api/2fa/email/setup",
+        &json!({ "email": u.email }),
+        Some(&u.access),
+    );
+    assert_eq!(r.status, 200, "{}\n{}", r.json(), host.output());
+    assert_eq!(r.data()["codeSent"], true);
+    let (code, meta) = received_code(server, 1, &u.email);
+    let r = c.post(
+        "/api/2fa/email/verify-setup",
+        &json!({ "code": code }),
+        Some(&u.access),
+    );
+    assert_eq!(r.data()["method"], "email");
+
+    let temp = temp_token(c, &u);
+    let r = c.post(
+        "/api/2fa/send-code",
+        &json!({ "tempToken": temp, "method": "email" }),
+        None,
+    );
+    assert_eq!(r.data()["codeSent"], true);
+    let (code, _) = received_code(server, 2, &u.email);
+    let r = c.post(
+        "/api/2fa/verify",
+        &json!({ "tempToken": temp, "code": code }),
+        None,
+    );
+    assert!(r.data()["accessToken"].is_string(), "{}", r.json());
+    meta
+}
+
+#[test]
+fn email_codes_over_starttls_with_auth() {
+    let server = SmtpServer::start(&["--tls", "starttls", "--auth", "mailer:s3cret pass"]);
+    let ca = server.ca_pem();
+    let host = Host::start(HostOptions {
+        env: email_settings(
+            server.port,
+            &[
+                ("EMAIL_USER", "mailer"),
+                ("EMAIL_PASSWORD", "s3cret pass"),
+                ("EMAIL_TLS_CA_PEM", &ca),
+            ],
+        ),
+        ..Default::default()
+    });
+    let meta = enrol_and_log_in(&host, &server, "tess");
+    assert_eq!(meta["tls"], true, "STARTTLS was used");
+    assert_eq!(meta["auth_user"], "mailer");
+}
+
+#[test]
+fn email_codes_over_plain_smtp() {
+    let server = SmtpServer::start(&["--tls", "none"]);
+    let host = Host::start(HostOptions {
+        env: email_settings(server.port, &[]),
+        ..Default::default()
+    });
+    let meta = enrol_and_log_in(&host, &server, "pam");
+    assert_eq!(meta["tls"], false);
+    assert_eq!(meta["auth_user"], Value::Null);
+}
+
+#[test]
+fn an_untrusted_certificate_is_a_failed_delivery_not_plain_text() {
+    // The server offers STARTTLS with a certificate of a CA the component
+    // does not trust: the delivery fails; nothing goes out in the clear.
+    let server = SmtpServer::start(&["--tls", "starttls", "--auth", "mailer:secret"]);
+    let host = Host::start(HostOptions {
+        env: email_settings(
+            server.port,
+            &[("EMAIL_USER", "mailer"), ("EMAIL_PASSWORD", "secret")],
+        ),
+        ..Default::default()
+    });
+    let c = &host.client;
+    let u = register(c, "una");
+    c.post(
+        "/api/2fa/email/setup",
+        &json!({ "email": u.email }),
+        Some(&u.access),
+    )
+    .assert_error(503, "Failed to send verification code");
+    assert_eq!(server.count(), 0);
+    assert!(host.wait_output("SMTP 127.0.0.1", Duration::from_secs(5)));
+}
+
+/// A server that refuses or never answers: a clear 503, the send allowance
+/// untouched, the earlier code still good; then the real server works.
+#[test]
+fn refused_and_silent_smtp_servers_fail_cleanly_and_cost_nothing() {
+    // A port with nothing listening (bound, then closed).
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let refused_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    // A server that accepts and never sends its greeting.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+
+    // Enrol with the real server first.
+    let server = SmtpServer::start(&["--tls", "none"]);
+    let host = Host::start(HostOptions {
+        env: email_settings(server.port, &[]),
+        ..Default::default()
+    });
+    let c = &host.client;
+    let u = register(c, "ray");
+    c.post(
+        "/api/2fa/email/setup",
+        &json!({ "email": u.email }),
+        Some(&u.access),
+    );
+    let (code, _) = received_code(&server, 1, &u.email);
+    c.post(
+        "/api/2fa/email/verify-setup",
+        &json!({ "code": code }),
+        Some(&u.access),
+    );
+    let temp = temp_token(c, &u);
+    let r = c.post(
+        "/api/2fa/send-code",
+        &json!({ "tempToken": temp, "method": "email" }),
+        None,
+    );
+    let remaining: u32 = r.header("x-ratelimit-remaining").unwrap().parse().unwrap();
+    let (code, _) = received_code(&server, 2, &u.email);
+    let data_dir = host.data_dir.clone();
+    host.stop();
+
+    for (port, what) in [(refused_port, "refused"), (silent_port, "silent")] {
+        let mut env = email_settings(port, &[]);
+        env.retain(|(k, _)| k != "ALLOWED_OUTBOUND_HOSTS");
+        env.push((
+            "ALLOWED_OUTBOUND_HOSTS".into(),
+            format!("tcp://127.0.0.1:{port}"),
+        ));
+        let host = Host::start(HostOptions {
+            data_dir: Some(data_dir.clone()),
+            env,
+            ..Default::default()
+        });
+        host.client
+            .post(
+                "/api/2fa/send-code",
+                &json!({ "tempToken": temp, "method": "email" }),
+                None,
+            )
+            .assert_error(503, "Failed to send verification code");
+        assert!(
+            host.wait_output("SMTP 127.0.0.1", Duration::from_secs(5)),
+            "{what}: the reason is logged\n{}",
+            host.output()
+        );
+        host.stop();
+    }
+    drop(silent);
+
+    // Back on the real server: the code sent before the failures still logs
+    // in, and the failures cost no allowance.
+    let host = Host::start(HostOptions {
+        data_dir: Some(data_dir),
+        env: email_settings(server.port, &[]),
+        ..Default::default()
+    });
+    let c = &host.client;
+    let r = c.post(
+        "/api/2fa/verify",
+        &json!({ "tempToken": temp, "code": code }),
+        None,
+    );
+    assert!(r.data()["accessToken"].is_string(), "{}", r.json());
+    let temp = temp_token(c, &u);
+    let r = c.post(
+        "/api/2fa/send-code",
+        &json!({ "tempToken": temp, "method": "email" }),
+        None,
+    );
+    assert_eq!(r.data()["codeSent"], true);
+    assert_eq!(
+        r.header("x-ratelimit-remaining"),
+        Some((remaining - 1).to_string().as_str())
+    );
+    let (code, _) = received_code(&server, 3, &u.email);
+    let r = c.post(
+        "/api/2fa/verify",
+        &json!({ "tempToken": temp, "code": code }),
+        None,
+    );
+    assert!(r.data()["accessToken"].is_string(), "{}", r.json());
+}
