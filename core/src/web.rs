@@ -168,17 +168,23 @@ pub fn clear_refresh_cookie(config: &Config) -> String {
     )
 }
 
-/// The client address: the peer, or the first `X-Forwarded-For` entry when
-/// `TRUST_PROXY` is on.
+/// The client address: the peer, or — when `TRUST_PROXY` is on — the last
+/// `X-Forwarded-For` entry, the address the trusted proxy itself saw (it
+/// appends it). Entries to its left come from the client and are never
+/// believed, so a client cannot pick its own rate-limit key. Several
+/// `X-Forwarded-For` header lines count as one list, in order.
 pub fn client_ip(req: &Request, config: &Config) -> String {
     if config.trust_proxy {
-        if let Some(first) = req
-            .header_value("x-forwarded-for")
-            .and_then(|v| v.split(',').next())
+        let last = req
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("x-forwarded-for"))
+            .flat_map(|(_, v)| v.split(','))
             .map(str::trim)
-            .filter(|v| !v.is_empty() && v.len() <= 64)
-        {
-            return first.to_string();
+            .filter(|v| !v.is_empty())
+            .last();
+        if let Some(last) = last.filter(|v| v.len() <= 64) {
+            return last.to_string();
         }
     }
     req.peer.clone().unwrap_or_else(|| "unknown".to_string())

@@ -59,14 +59,35 @@ fn register_limit_and_x_forwarded_for_only_with_trust_proxy() {
     );
     assert_error(&resp, 429, "Too many requests. Please try again later.");
 
+    // Behind a trusted proxy (peer 192.0.2.1), which appends the address it
+    // saw: each real client has its own window…
     let mut h = Harness::with(test_config(&[("TRUST_PROXY", "true")]), MemoryStore::new());
     for i in 0..6 {
         let resp = h.call(
             post("/auth/register", json!({ "email": format!("u{i}@example.com"), "username": format!("user{i}"), "password": PASSWORD }))
                 .peer("192.0.2.1")
-                .header("X-Forwarded-For", &format!("10.0.0.{i}, 192.0.2.1")),
+                .header("X-Forwarded-For", &format!("203.0.113.{i}")),
         );
         assert_eq!(resp.status, 201, "each forwarded client has its own window");
+    }
+    // …and one client cannot make up new ones by sending its own
+    // X-Forwarded-For (the proxy appends the real address), in one header
+    // line or several.
+    for i in 0..6 {
+        let mut req = post("/auth/register", json!({ "email": format!("s{i}@example.com"), "username": format!("spoof{i}"), "password": PASSWORD }))
+            .peer("192.0.2.1");
+        req = if i % 2 == 0 {
+            req.header("X-Forwarded-For", &format!("10.0.0.{i}, 198.51.100.7"))
+        } else {
+            req.header("X-Forwarded-For", &format!("10.0.0.{i}"))
+                .header("X-Forwarded-For", "198.51.100.7")
+        };
+        let resp = h.call(req);
+        if i < 5 {
+            assert_eq!(resp.status, 201);
+        } else {
+            assert_error(&resp, 429, "Too many requests. Please try again later.");
+        }
     }
 }
 
