@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# Fuzzes tfa-core with cargo-fuzz (libFuzzer; needs the nightly toolchain).
+# Fuzzes tfa-core and the Envoy filter's configuration parser with cargo-fuzz
+# (libFuzzer; needs the nightly toolchain).
 #
 #   scripts/fuzz.sh [--short]   each target for FUZZ_SECONDS (default 20) s,
 #                               no sanitizer (core forbids unsafe code); this is
 #                               what scripts/test-hardening.sh runs.
 #   scripts/fuzz.sh --long      each target for FUZZ_SECONDS (default 1800 =
 #                               30 min) s under AddressSanitizer, 2 jobs.
-#   FUZZ_TARGETS="jwt_parse normalise" scripts/fuzz.sh   only those targets.
+#   FUZZ_TARGETS="jwt_parse filter_config" scripts/fuzz.sh   only those targets.
 #
-# Seeds come from core/fuzz/seeds/<target>/; the growing corpus stays in
-# core/fuzz/corpus/<target>/ (not committed). An input that breaks an
-# invariant is copied to core/fuzz/regressions/<target>/, where the native
-# test core/tests/fuzz_regressions.rs replays it on every `cargo test`; the
+# Targets: api_sequence, jwt_parse, signature_header, normalise (core/fuzz)
+# and filter_config (edge-filter/fuzz). For a target in <crate>/fuzz, seeds
+# come from <crate>/fuzz/seeds/<target>/; the growing corpus stays in
+# <crate>/fuzz/corpus/<target>/ (not committed). An input that breaks an
+# invariant is copied to <crate>/fuzz/regressions/<target>/, where the native
+# test <crate>/tests/fuzz_regressions.rs replays it on every `cargo test`; the
 # script then fails. Execution counts of the run are written to
-# core/fuzz/last-run/summary.txt.
+# target/fuzz-summary.txt.
 set -euo pipefail
-cd "$(dirname "$0")/../core"
-fz="$(pwd)/fuzz"
+cd "$(dirname "$0")/.."
+root="$(pwd)"
 
 mode=short
 case "${1:---short}" in
@@ -29,19 +32,30 @@ if [ "$mode" = short ]; then
 else
   secs="${FUZZ_SECONDS:-1800}"; sanitizer=address; parallel=(-jobs=2 -workers=2)
 fi
-targets=(${FUZZ_TARGETS:-api_sequence jwt_parse signature_header normalise})
+targets=(${FUZZ_TARGETS:-api_sequence jwt_parse signature_header normalise filter_config})
+crate_of() { if [ "$1" = filter_config ]; then echo edge-filter; else echo core; fi; }
 
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 
-echo "==> cargo fuzz build (sanitizer: $sanitizer)"
-cargo +nightly fuzz build -s "$sanitizer"
-
-mkdir -p "$fz/last-run"
-summary="$fz/last-run/summary.txt"
+built=""
+mkdir -p "$root/target"
+summary="$root/target/fuzz-summary.txt"
 : > "$summary"
 failed=0
 for t in "${targets[@]}"; do
+  crate="$(crate_of "$t")"
+  cd "$root/$crate"
+  fz="$root/$crate/fuzz"
+  case " $built " in
+    *" $crate "*) ;;
+    *)
+      echo "==> cargo fuzz build in $crate (sanitizer: $sanitizer)"
+      cargo +nightly fuzz build -s "$sanitizer" --target-dir "$root/target/fuzz"
+      built="$built $crate"
+      ;;
+  esac
+  mkdir -p "$fz/last-run"
   corpus="$fz/corpus/$t"
   mkdir -p "$corpus" "$fz/regressions/$t" "$fz/artifacts/$t"
   cp -n "$fz/seeds/$t"/* "$corpus"/ 2>/dev/null || true
@@ -50,7 +64,7 @@ for t in "${targets[@]}"; do
   log="$fz/last-run/$t.log"
   echo "==> fuzz $t for ${secs}s"
   set +e
-  cargo +nightly fuzz run -s "$sanitizer" "$t" "$corpus" -- \
+  cargo +nightly fuzz run -s "$sanitizer" --target-dir "$root/target/fuzz" "$t" "$corpus" -- \
     -max_total_time="$secs" -max_len=4096 -len_control=0 -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 "${parallel[@]}" "${dict[@]}" \
     -artifact_prefix="$fz/artifacts/$t/" >"$log" 2>&1
@@ -66,7 +80,7 @@ for t in "${targets[@]}"; do
   for f in "$fz/artifacts/$t"/crash-* "$fz/artifacts/$t"/timeout-* "$fz/artifacts/$t"/oom-*; do
     [ -e "$f" ] || continue
     cp "$f" "$fz/regressions/$t/$(basename "$f")"
-    echo "   new regression case: core/fuzz/regressions/$t/$(basename "$f")"
+    echo "   new regression case: $crate/fuzz/regressions/$t/$(basename "$f")"
     rm -f "$f"
     found=1
   done

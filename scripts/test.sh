@@ -68,6 +68,9 @@ ls -l "$TFA_COMPONENT_WASM" "$TFA_FILTER_WASM" "$TFA_HOST_BIN"
 step "cargo test --workspace (core, host, component, filter, end-to-end)"
 cargo test --workspace
 
+step "documentation: README walkthrough, production checks, Envoy example, completeness"
+./scripts/test-docs.sh
+
 step "fuzzing (short, bounded; nightly + cargo-fuzz)"
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked

@@ -65,6 +65,8 @@
 #![cfg_attr(not(target_arch = "wasm32"), forbid(unsafe_code))]
 
 pub mod config;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod introspect;
 pub mod policy;
 
