@@ -182,7 +182,7 @@ pub fn client_ip(req: &Request, config: &Config) -> String {
             .flat_map(|(_, v)| v.split(','))
             .map(str::trim)
             .filter(|v| !v.is_empty())
-            .last();
+            .next_back();
         if let Some(last) = last.filter(|v| v.len() <= 64) {
             return last.to_string();
         }
