@@ -181,8 +181,7 @@ pub fn client_ip(req: &Request, config: &Config) -> String {
             .filter(|(k, _)| k.eq_ignore_ascii_case("x-forwarded-for"))
             .flat_map(|(_, v)| v.split(','))
             .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .next_back();
+            .rfind(|v| !v.is_empty());
         if let Some(last) = last.filter(|v| v.len() <= 64) {
             return last.to_string();
         }
