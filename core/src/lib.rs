@@ -79,6 +79,8 @@ pub mod housekeeping;
 #[cfg(feature = "service")]
 pub mod http;
 #[cfg(feature = "service")]
+mod jwt_hmac;
+#[cfg(feature = "service")]
 pub mod methods;
 #[cfg(feature = "service")]
 pub mod mfa;

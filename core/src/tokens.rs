@@ -337,13 +337,12 @@ impl Verifier {
     }
 }
 
-/// Installs jsonwebtoken's RustCrypto provider as the process default unless
-/// one is installed already (then this does nothing).
+/// Installs core's HMAC-only provider ([`crate::jwt_hmac`]) as
+/// jsonwebtoken's process default unless one is installed already (then
+/// this does nothing).
 fn ensure_crypto_provider() {
     // `Err` only means a provider is already installed: keep that one.
-    let _ = jsonwebtoken::crypto::CryptoProvider::install_default(
-        &jsonwebtoken::crypto::rust_crypto::DEFAULT_PROVIDER,
-    );
+    let _ = jsonwebtoken::crypto::CryptoProvider::install_default(&crate::jwt_hmac::PROVIDER);
 }
 
 /// What a token must satisfy besides its signature.
