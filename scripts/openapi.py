@@ -378,10 +378,16 @@ add("/health/ready", "get", op(
 REGISTER_BODY = obj({
     "email": s(format="email", maxLength=254, description="ASCII; compared case-insensitively"),
     "username": s(pattern=r"^[A-Za-z0-9_-]{3,30}$", description="unique case-insensitively"),
-    "password": s(minLength=8, maxLength=128,
+    # The pattern states the digit and the character that is not a letter
+    # or digit; the upper- and lower-case letters (any script) only the
+    # description: JSON Schema's regular expressions have no portable
+    # Unicode classes, and the document must not refuse a password the
+    # service accepts.
+    "password": s(minLength=8, maxLength=128, pattern=r"^(?=[\s\S]*[0-9])(?=[\s\S]*[^A-Za-z0-9])",
                   description="at least one uppercase letter, one lowercase letter, one digit "
                               "and one special character"),
-}, extra=True)
+}, extra=True, examples=[{"email": "alice@example.com", "username": "alice",
+                          "password": "Correct-Horse-9"}])
 add("/auth/register", "post", op(
     "register", "Register a user", "auth", PUBLIC,
     {201: ok(ref("SessionTokens"), "Registered and signed in", COOKIE, links={
