@@ -66,7 +66,7 @@ ACTIONS = ["register", "login_success", "login_failed", "logout",
 # between the digits are ignored.
 OTP_CODE = s(pattern=r"^\s*[0-9](?: *[0-9]){5}\s*$",
              description="6 digits; spaces are ignored", examples=["123456"])
-BACKUP_CODE = s(minLength=1, maxLength=64,
+BACKUP_CODE = s(maxLength=64,
                 description="10 characters A-Z0-9 as issued; matched case-insensitively, "
                             "spaces and hyphens ignored", examples=["ABCDE12345"])
 
@@ -376,7 +376,8 @@ add("/health/ready", "get", op(
 
 # --- Auth
 REGISTER_BODY = obj({
-    "email": s(format="email", maxLength=254, description="ASCII; compared case-insensitively"),
+    "email": s(format="email", description="ASCII, at most 254 characters; surrounding white space "
+                                           "is ignored; compared case-insensitively"),
     "username": s(pattern=r"^[A-Za-z0-9_-]{3,30}$", description="unique case-insensitively"),
     # The pattern states the digit and the character that is not a letter
     # or digit; the upper- and lower-case letters (any script) only the
@@ -517,7 +518,9 @@ for channel, field, field_schema, not_configured in [
     ("sms", "phoneNumber", s(minLength=1, description="international format: + and 8-15 digits; "
                                                        "spaces, dots, dashes, parentheses ignored"),
      "SmsNotConfigured"),
-    ("email", "email", s(minLength=1, maxLength=254, format="email"), "EmailNotConfigured"),
+    ("email", "email", s(minLength=1, format="email",
+                         description="ASCII, at most 254 characters; surrounding white space is ignored"),
+     "EmailNotConfigured"),
 ]:
     masked = s(description="masked")
     add(f"/2fa/{channel}/setup", "post", op(
@@ -633,7 +636,8 @@ add("/api-keys", "get", op(
 add("/api-keys", "post", op(
     "createApiKey", "Create an API key", "api-keys", SESSION,
     {201: ok(ref("NewApiKey"), "Created; `apiKey` is shown only here", links=KEY_LINKS)}, {},
-    body=obj({"name": s(minLength=1, maxLength=100, description="no control characters"),
+    body=obj({"name": s(minLength=1, description="at most 100 characters once surrounding white space "
+                                                 "is trimmed; no control characters"),
               "scopes": {"type": "array", "items": s(enum=SCOPES), "minItems": 1},
               "expiresInDays": nullable({"type": "integer", "minimum": 1, "maximum": 3650})},
              required=["name", "scopes"], extra=True),

@@ -383,3 +383,33 @@ fn the_document_is_served_with_the_configured_base_path() {
     let resp = h.call(Request::new("GET", "/openapi.json"));
     assert_eq!(resp.json()["servers"][0]["url"], "/");
 }
+
+// Findings of the contract test (scripts/test-contract.sh), pinned here.
+
+/// `limit` and `cursor` are single values in the document; a request that
+/// gives one twice used to be answered with the first value, whatever the
+/// second said.
+#[test]
+fn a_query_parameter_given_twice_is_refused() {
+    let mut h = Harness::new();
+    let user = register(&mut h, "carol");
+    for query in [
+        "limit=5&limit=abc",
+        "limit=5&limit=5",
+        "cursor=1&limit=2&cursor=1",
+    ] {
+        let resp = h.call(bearer(get(&format!("/audit-log?{query}")), &user.access));
+        let name = if query.starts_with("cursor") {
+            "cursor"
+        } else {
+            "limit"
+        };
+        assert_error(
+            &resp,
+            400,
+            &format!("Validation error: {name} must be given once"),
+        );
+    }
+    let resp = h.call(bearer(get("/audit-log?limit=5&cursor=1"), &user.access));
+    assert_eq!(resp.status, 200);
+}
