@@ -76,13 +76,24 @@ pub const PAGE_DEFAULT: u64 = 50;
 /// Largest page.
 pub const PAGE_MAX: u64 = 100;
 
+/// Query parameter `name`, which may be given at most once: with two values
+/// (`?limit=5&limit=abc`) which one counts would depend on the parser, as
+/// with duplicate keys in a body, so the request is refused.
+fn single_query(ctx: &Ctx, name: &str) -> Result<Option<String>, ApiError> {
+    let mut values = ctx.req.query_all(name);
+    if values.len() > 1 {
+        return Err(ApiError::validation(format!("{name} must be given once")));
+    }
+    Ok(values.pop())
+}
+
 /// `GET /audit-log?limit=&cursor=`: the caller's records, newest first.
 /// `nextCursor` is an opaque string to pass back as `cursor`, or null at the
 /// end.
 pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let auth = sessions::authenticate(ctx, Access::Scope("audit:read"))?;
     ctx.limit(ratelimit::DEFAULT, &ctx.ip.clone())?;
-    let limit = match ctx.req.query("limit") {
+    let limit = match single_query(ctx, "limit")? {
         None => PAGE_DEFAULT,
         Some(v) => v
             .parse::<u64>()
@@ -95,7 +106,7 @@ pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         .store
         .increment(&format!("auditn:{}", auth.user.id), 0)?
         .max(0) as u64;
-    let start = match ctx.req.query("cursor") {
+    let start = match single_query(ctx, "cursor")? {
         None => newest,
         Some(c) => c
             .parse::<u64>()

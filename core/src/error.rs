@@ -56,7 +56,7 @@ pub enum ApiError {
     /// 404 `Resource not found`.
     NotFound,
     /// 405 `Method not allowed`, with `Allow`.
-    MethodNotAllowed(&'static [&'static str]),
+    MethodNotAllowed(Vec<&'static str>),
     /// 413 `Request body too large`.
     BodyTooLarge,
     /// 429 `Too many requests. Please try again later.`

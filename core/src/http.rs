@@ -62,11 +62,21 @@ impl Request {
 
     /// The value of query parameter `name` (no percent-decoding beyond `+`).
     pub fn query(&self, name: &str) -> Option<String> {
-        let q = self.path.split_once('?')?.1;
-        q.split('&').find_map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (k == name).then(|| v.replace('+', " "))
-        })
+        self.query_all(name).into_iter().next()
+    }
+
+    /// Every value of query parameter `name`, in order (no percent-decoding
+    /// beyond `+`).
+    pub fn query_all(&self, name: &str) -> Vec<String> {
+        let Some((_, q)) = self.path.split_once('?') else {
+            return Vec::new();
+        };
+        q.split('&')
+            .filter_map(|pair| {
+                let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                (k == name).then(|| v.replace('+', " "))
+            })
+            .collect()
     }
 }
 

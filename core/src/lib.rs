@@ -47,7 +47,10 @@
 //! | `GET /2fa/methods`, `DELETE /2fa/methods/{id}` | [`methods`] |
 //! | `GET /2fa/devices`, `DELETE /2fa/devices`, `DELETE /2fa/devices/{id}` | [`devices`] |
 //!
-//! Cross-cutting: [`router`] (404/405/preflight), [`web`] (envelope, body
+//! `GET /openapi.json` (the OpenAPI 3.1 document of all of the above) is
+//! [`openapi`].
+//!
+//! Cross-cutting: [`router`] (the route table, 404/405/preflight), [`web`] (envelope, body
 //! parsing, headers, CORS, CSRF, cookies), [`error`] (the one error enum),
 //! [`ratelimit`], [`housekeeping`], [`audit`], [`secrets`], [`records`]
 //! (key layout).
@@ -84,6 +87,8 @@ mod jwt_hmac;
 pub mod methods;
 #[cfg(feature = "service")]
 pub mod mfa;
+#[cfg(feature = "service")]
+pub mod openapi;
 #[cfg(feature = "service")]
 pub mod otp;
 #[cfg(feature = "service")]

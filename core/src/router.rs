@@ -1,22 +1,9 @@
-//! Which handler serves which path and method.
-//!
-//! | path (under the base path) | methods | module |
-//! |---|---|---|
-//! | `/health`, `/health/live`, `/health/ready` | GET | [`crate::health`] |
-//! | `/auth/register`, `/auth/login`, `/auth/me` | POST, POST, GET | [`crate::users`] |
-//! | `/auth/refresh`, `/auth/logout`, `/auth/revoke-sessions` | POST | [`crate::sessions`] |
-//! | `/auth/sessions`, `/auth/sessions/{id}` | GET, DELETE | [`crate::sessions`] |
-//! | `/2fa/totp/setup`, `/2fa/totp/verify-setup` (= `/2fa/totp/verify`), `/2fa/totp` | POST, POST, DELETE | [`crate::totp`] |
-//! | `/2fa/{sms,email}/setup`, `/2fa/{sms,email}/verify-setup` | POST | [`crate::otp`] |
-//! | `/2fa/send-code`, `/2fa/resend` | POST | [`crate::otp`] |
-//! | `/2fa/verify`, `/2fa/verify-backup-code` (= `/2fa/verify-backup`) | POST | [`crate::mfa`] |
-//! | `/2fa/backup-codes/generate`, `/2fa/backup-codes/count` | POST, GET | [`crate::backup`] |
-//! | `/2fa/methods`, `/2fa/methods/{id}` | GET, DELETE | [`crate::methods`] |
-//! | `/2fa/devices`, `/2fa/devices/{id}` | GET + DELETE, DELETE | [`crate::devices`] |
-//! | `/auth/introspect` | POST | [`crate::sessions`] |
-//! | `/api-keys`, `/api-keys/{id}`, `/api-keys/{id}/rotate` | GET + POST, DELETE, POST | [`crate::apikeys`] |
-//! | `/audit-log` | GET | [`crate::audit`] |
-//! | `/webhooks`, `/webhooks/events`, `/webhooks/verify-signature`, `/webhooks/{id}`, `/webhooks/{id}/test`, `/webhooks/{id}/deliveries` | GET + POST, GET, POST, GET + DELETE, POST, GET | [`crate::webhooks`] |
+//! Which handler serves which path and method: the table [`ROUTES`], one
+//! entry per operation, in the spelling of the OpenAPI document
+//! (`core/openapi.json`, served at `GET {base}/openapi.json`). Both spellings
+//! of the variant paths are entries of their own (`/2fa/totp/verify` =
+//! `/2fa/totp/verify-setup`, `/2fa/resend` = `/2fa/send-code`,
+//! `/2fa/verify-backup` = `/2fa/verify-backup-code`).
 //!
 //! An unknown path is 404 `Resource not found`; a known path with another
 //! method is 405 with `Allow`; `OPTIONS` on a known path is the CORS
@@ -26,113 +13,122 @@ use crate::context::{Ctx, Outcome};
 use crate::error::ApiError;
 use crate::otp::Channel;
 use crate::{
-    apikeys, audit, backup, devices, health, methods, mfa, otp, sessions, totp, users, web,
-    webhooks,
+    apikeys, audit, backup, devices, health, methods, mfa, openapi, otp, sessions, totp, users,
+    web, webhooks,
 };
 
-/// A resolved route.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Route {
-    Health,
-    Live,
-    Ready,
-    Register,
-    Login,
-    Me,
-    Refresh,
-    Logout,
-    RevokeSessions,
-    Sessions,
-    Session(String),
-    TotpSetup,
-    TotpVerifySetup,
-    TotpDelete,
-    Setup(Channel),
-    VerifySetup(Channel),
-    SendCode,
-    Verify,
-    VerifyBackup,
-    BackupGenerate,
-    BackupCount,
-    Methods,
-    Method(String),
-    Devices,
-    DevicesDeleteAll,
-    Device(String),
-    Introspect,
-    ApiKeys,
-    ApiKeyCreate,
-    ApiKeyRevoke(String),
-    ApiKeyRotate(String),
-    AuditLog,
-    WebhookEvents,
-    Webhooks,
-    WebhookCreate,
-    Webhook(String),
-    WebhookDelete(String),
-    WebhookTest(String),
-    WebhookDeliveries(String),
-    WebhookVerify,
+/// What serves one route: the context and the value of the route's path
+/// parameter (empty when its template has none).
+pub type Handler = fn(&mut Ctx, &str) -> Result<Outcome, ApiError>;
+
+/// One operation: a method and a path template below the base path, in the
+/// OpenAPI document's spelling (`{name}` is one path segment).
+#[derive(Clone, Copy)]
+pub struct Route {
+    /// Upper-case method.
+    pub method: &'static str,
+    /// Template, e.g. `/webhooks/{webhookId}/test`.
+    pub path: &'static str,
+    handler: Handler,
 }
 
-const GET: &[&str] = &["GET"];
-const POST: &[&str] = &["POST"];
-const DELETE: &[&str] = &["DELETE"];
-const GET_DELETE: &[&str] = &["GET", "DELETE"];
-const GET_POST: &[&str] = &["GET", "POST"];
+const fn route(method: &'static str, path: &'static str, handler: Handler) -> Route {
+    Route {
+        method,
+        path,
+        handler,
+    }
+}
 
-/// The methods a path answers and, aligned with them, the routes.
-pub fn table(segs: &[&str]) -> Option<(&'static [&'static str], Vec<Route>)> {
-    use Route::*;
-    let channel = |s: &str| match s {
-        "sms" => Some(Channel::Sms),
-        "email" => Some(Channel::Email),
-        _ => None,
-    };
-    Some(match segs {
-        ["health"] => (GET, vec![Health]),
-        ["health", "live"] => (GET, vec![Live]),
-        ["health", "ready"] => (GET, vec![Ready]),
-        ["auth", "register"] => (POST, vec![Register]),
-        ["auth", "login"] => (POST, vec![Login]),
-        ["auth", "me"] => (GET, vec![Me]),
-        ["auth", "refresh"] => (POST, vec![Refresh]),
-        ["auth", "logout"] => (POST, vec![Logout]),
-        ["auth", "revoke-sessions"] => (POST, vec![RevokeSessions]),
-        ["auth", "sessions"] => (GET, vec![Sessions]),
-        ["auth", "sessions", id] => (DELETE, vec![Session(id.to_string())]),
-        ["2fa", "totp", "setup"] => (POST, vec![TotpSetup]),
-        ["2fa", "totp", "verify-setup"] | ["2fa", "totp", "verify"] => {
-            (POST, vec![TotpVerifySetup])
+/// Every operation of the API; [`dispatch`] serves exactly these, and
+/// `core/openapi.json` documents exactly these (a test checks both).
+/// Methods of one path are listed in the order `Allow` names them.
+#[rustfmt::skip]
+pub const ROUTES: &[Route] = &[
+    route("GET", "/openapi.json", |c, _| openapi::document(c)),
+    route("GET", "/health", |c, _| health::health(c)),
+    route("GET", "/health/live", |c, _| health::live(c)),
+    route("GET", "/health/ready", |c, _| health::ready(c)),
+    route("POST", "/auth/register", |c, _| users::register(c)),
+    route("POST", "/auth/login", |c, _| users::login(c)),
+    route("GET", "/auth/me", |c, _| users::me(c)),
+    route("POST", "/auth/refresh", |c, _| sessions::refresh(c)),
+    route("POST", "/auth/logout", |c, _| sessions::logout(c)),
+    route("POST", "/auth/revoke-sessions", |c, _| sessions::revoke_all(c)),
+    route("GET", "/auth/sessions", |c, _| sessions::list(c)),
+    route("DELETE", "/auth/sessions/{sessionId}", sessions::delete),
+    route("POST", "/auth/introspect", |c, _| sessions::introspect(c)),
+    route("POST", "/2fa/totp/setup", |c, _| totp::setup(c)),
+    route("POST", "/2fa/totp/verify-setup", |c, _| totp::verify_setup(c)),
+    route("POST", "/2fa/totp/verify", |c, _| totp::verify_setup(c)),
+    route("DELETE", "/2fa/totp", |c, _| totp::delete(c)),
+    route("POST", "/2fa/sms/setup", |c, _| otp::setup(c, Channel::Sms)),
+    route("POST", "/2fa/sms/verify-setup", |c, _| otp::verify_setup(c, Channel::Sms)),
+    route("POST", "/2fa/email/setup", |c, _| otp::setup(c, Channel::Email)),
+    route("POST", "/2fa/email/verify-setup", |c, _| otp::verify_setup(c, Channel::Email)),
+    route("POST", "/2fa/send-code", |c, _| otp::send_code(c)),
+    route("POST", "/2fa/resend", |c, _| otp::send_code(c)),
+    route("POST", "/2fa/verify", |c, _| mfa::verify(c)),
+    route("POST", "/2fa/verify-backup-code", |c, _| mfa::verify_backup(c)),
+    route("POST", "/2fa/verify-backup", |c, _| mfa::verify_backup(c)),
+    route("POST", "/2fa/backup-codes/generate", |c, _| backup::generate(c)),
+    route("GET", "/2fa/backup-codes/count", |c, _| backup::count(c)),
+    route("GET", "/2fa/methods", |c, _| methods::list(c)),
+    route("DELETE", "/2fa/methods/{methodId}", methods::delete),
+    route("GET", "/2fa/devices", |c, _| devices::list(c)),
+    route("DELETE", "/2fa/devices", |c, _| devices::delete_all(c)),
+    route("DELETE", "/2fa/devices/{deviceId}", devices::delete),
+    route("GET", "/api-keys", |c, _| apikeys::list(c)),
+    route("POST", "/api-keys", |c, _| apikeys::create(c)),
+    route("DELETE", "/api-keys/{apiKeyId}", apikeys::revoke),
+    route("POST", "/api-keys/{apiKeyId}/rotate", apikeys::rotate),
+    route("GET", "/audit-log", |c, _| audit::list(c)),
+    route("GET", "/webhooks", |c, _| webhooks::list(c)),
+    route("POST", "/webhooks", |c, _| webhooks::create(c)),
+    route("GET", "/webhooks/events", |c, _| webhooks::events(c)),
+    route("POST", "/webhooks/verify-signature", |c, _| webhooks::verify_signature(c)),
+    route("GET", "/webhooks/{webhookId}", webhooks::get),
+    route("DELETE", "/webhooks/{webhookId}", webhooks::delete),
+    route("POST", "/webhooks/{webhookId}/test", webhooks::test),
+    route("GET", "/webhooks/{webhookId}/deliveries", webhooks::deliveries),
+];
+
+/// How `template` matches `segs`: None when it does not; else the number of
+/// its literal segments (more is more specific) and the parameter's value.
+fn match_template<'s>(template: &str, segs: &[&'s str]) -> Option<(usize, &'s str)> {
+    let parts: Vec<&str> = template.trim_start_matches('/').split('/').collect();
+    if parts.len() != segs.len() {
+        return None;
+    }
+    let mut literals = 0;
+    let mut param = "";
+    for (part, seg) in parts.iter().zip(segs) {
+        if part.starts_with('{') && part.ends_with('}') {
+            param = seg;
+        } else if part == seg {
+            literals += 1;
+        } else {
+            return None;
         }
-        ["2fa", "totp"] => (DELETE, vec![TotpDelete]),
-        ["2fa", c, "setup"] => (POST, vec![Setup(channel(c)?)]),
-        ["2fa", c, "verify-setup"] => (POST, vec![VerifySetup(channel(c)?)]),
-        ["2fa", "send-code"] | ["2fa", "resend"] => (POST, vec![SendCode]),
-        ["2fa", "verify"] => (POST, vec![Verify]),
-        ["2fa", "verify-backup-code"] | ["2fa", "verify-backup"] => (POST, vec![VerifyBackup]),
-        ["2fa", "backup-codes", "generate"] => (POST, vec![BackupGenerate]),
-        ["2fa", "backup-codes", "count"] => (GET, vec![BackupCount]),
-        ["2fa", "methods"] => (GET, vec![Methods]),
-        ["2fa", "methods", id] => (DELETE, vec![Method(id.to_string())]),
-        ["2fa", "devices"] => (GET_DELETE, vec![Devices, DevicesDeleteAll]),
-        ["2fa", "devices", id] => (DELETE, vec![Device(id.to_string())]),
-        ["auth", "introspect"] => (POST, vec![Introspect]),
-        ["api-keys"] => (GET_POST, vec![ApiKeys, ApiKeyCreate]),
-        ["api-keys", id] => (DELETE, vec![ApiKeyRevoke(id.to_string())]),
-        ["api-keys", id, "rotate"] => (POST, vec![ApiKeyRotate(id.to_string())]),
-        ["audit-log"] => (GET, vec![AuditLog]),
-        ["webhooks"] => (GET_POST, vec![Webhooks, WebhookCreate]),
-        ["webhooks", "events"] => (GET, vec![WebhookEvents]),
-        ["webhooks", "verify-signature"] => (POST, vec![WebhookVerify]),
-        ["webhooks", id] => (
-            GET_DELETE,
-            vec![Webhook(id.to_string()), WebhookDelete(id.to_string())],
-        ),
-        ["webhooks", id, "test"] => (POST, vec![WebhookTest(id.to_string())]),
-        ["webhooks", id, "deliveries"] => (GET, vec![WebhookDeliveries(id.to_string())]),
-        _ => return None,
-    })
+    }
+    Some((literals, param))
+}
+
+/// The routes of the most specific template that matches `segs` (a literal
+/// segment beats a parameter, so `/webhooks/events` is not a webhook id),
+/// in table order, and the path parameter's value; None when no template
+/// matches.
+pub fn resolve<'s>(segs: &[&'s str]) -> Option<(Vec<&'static Route>, &'s str)> {
+    let mut best: Option<(usize, &'static str, &'s str)> = None;
+    for r in ROUTES {
+        if let Some((score, param)) = match_template(r.path, segs) {
+            if best.is_none_or(|(b, _, _)| score > b) {
+                best = Some((score, r.path, param));
+            }
+        }
+    }
+    let (_, path, param) = best?;
+    Some((ROUTES.iter().filter(|r| r.path == path).collect(), param))
 }
 
 /// The path below the base path, split into segments; None when the path is
@@ -152,62 +148,76 @@ pub fn segments<'p>(path: &'p str, base: &str) -> Option<Vec<&'p str>> {
 pub fn dispatch(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let path = ctx.req.path_only().to_string();
     let segs = segments(&path, &ctx.config.base_path).ok_or(ApiError::NotFound)?;
-    let (allowed, routes) = table(&segs).ok_or(ApiError::NotFound)?;
+    let (routes, param) = resolve(&segs).ok_or(ApiError::NotFound)?;
+    let allowed: Vec<&'static str> = routes.iter().map(|r| r.method).collect();
     let method = ctx.req.method.to_ascii_uppercase();
     if method == "OPTIONS" {
-        return Ok(Outcome::Done(web::preflight(ctx.req, ctx.config, allowed)));
+        return Ok(Outcome::Done(web::preflight(ctx.req, ctx.config, &allowed)));
     }
-    let i = allowed
+    let route = routes
         .iter()
-        .position(|m| *m == method)
+        .find(|r| r.method == method)
         .ok_or(ApiError::MethodNotAllowed(allowed))?;
     if ctx.req.body.len() > web::MAX_BODY_BYTES {
         return Err(ApiError::BodyTooLarge);
     }
-    run(ctx, &routes[i])
+    (route.handler)(ctx, param)
 }
 
-fn run(ctx: &mut Ctx, route: &Route) -> Result<Outcome, ApiError> {
-    match route {
-        Route::Health => health::health(ctx),
-        Route::Live => health::live(ctx),
-        Route::Ready => health::ready(ctx),
-        Route::Register => users::register(ctx),
-        Route::Login => users::login(ctx),
-        Route::Me => users::me(ctx),
-        Route::Refresh => sessions::refresh(ctx),
-        Route::Logout => sessions::logout(ctx),
-        Route::RevokeSessions => sessions::revoke_all(ctx),
-        Route::Sessions => sessions::list(ctx),
-        Route::Session(id) => sessions::delete(ctx, id),
-        Route::TotpSetup => totp::setup(ctx),
-        Route::TotpVerifySetup => totp::verify_setup(ctx),
-        Route::TotpDelete => totp::delete(ctx),
-        Route::Setup(c) => otp::setup(ctx, *c),
-        Route::VerifySetup(c) => otp::verify_setup(ctx, *c),
-        Route::SendCode => otp::send_code(ctx),
-        Route::Verify => mfa::verify(ctx),
-        Route::VerifyBackup => mfa::verify_backup(ctx),
-        Route::BackupGenerate => backup::generate(ctx),
-        Route::BackupCount => backup::count(ctx),
-        Route::Methods => methods::list(ctx),
-        Route::Method(id) => methods::delete(ctx, id),
-        Route::Devices => devices::list(ctx),
-        Route::DevicesDeleteAll => devices::delete_all(ctx),
-        Route::Device(id) => devices::delete(ctx, id),
-        Route::Introspect => sessions::introspect(ctx),
-        Route::ApiKeys => apikeys::list(ctx),
-        Route::ApiKeyCreate => apikeys::create(ctx),
-        Route::ApiKeyRevoke(id) => apikeys::revoke(ctx, id),
-        Route::ApiKeyRotate(id) => apikeys::rotate(ctx, id),
-        Route::AuditLog => audit::list(ctx),
-        Route::WebhookEvents => webhooks::events(ctx),
-        Route::Webhooks => webhooks::list(ctx),
-        Route::WebhookCreate => webhooks::create(ctx),
-        Route::Webhook(id) => webhooks::get(ctx, id),
-        Route::WebhookDelete(id) => webhooks::delete(ctx, id),
-        Route::WebhookTest(id) => webhooks::test(ctx, id),
-        Route::WebhookDeliveries(id) => webhooks::deliveries(ctx, id),
-        Route::WebhookVerify => webhooks::verify_signature(ctx),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segs(template: &str, value: &str) -> Vec<String> {
+        template
+            .trim_start_matches('/')
+            .split('/')
+            .map(|s| if s.starts_with('{') { value } else { s }.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn templates_are_well_formed_and_unambiguous() {
+        for r in ROUTES {
+            assert!(["GET", "POST", "DELETE"].contains(&r.method), "{}", r.path);
+            assert!(
+                r.path.starts_with('/') && !r.path.ends_with('/'),
+                "{}",
+                r.path
+            );
+            let params = r.path.matches('{').count();
+            assert!(params <= 1, "{}: one parameter at most", r.path);
+            assert_eq!(params, r.path.matches('}').count(), "{}", r.path);
+        }
+        // Two templates that match one concrete path never tie: the one with
+        // more literal segments wins, so the answer never depends on order.
+        for a in ROUTES {
+            for b in ROUTES.iter().filter(|b| b.path != a.path) {
+                for value in ["x", "events", "verify-signature", "sms"] {
+                    let s = segs(a.path, value);
+                    let s: Vec<&str> = s.iter().map(String::as_str).collect();
+                    if let (Some((la, _)), Some((lb, _))) =
+                        (match_template(a.path, &s), match_template(b.path, &s))
+                    {
+                        assert_ne!(la, lb, "{} and {} tie on {s:?}", a.path, b.path);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_most_specific_template_wins() {
+        let (routes, param) = resolve(&["webhooks", "events"]).unwrap();
+        assert_eq!(routes.len(), 1);
+        assert_eq!(
+            (routes[0].method, routes[0].path, param),
+            ("GET", "/webhooks/events", "")
+        );
+        let (routes, param) = resolve(&["webhooks", "abc"]).unwrap();
+        let methods: Vec<&str> = routes.iter().map(|r| r.method).collect();
+        assert_eq!((methods, param), (vec!["GET", "DELETE"], "abc"));
+        assert!(resolve(&["2fa", "push", "setup"]).is_none());
+        assert!(resolve(&["webhooks", "a", "b"]).is_none());
     }
 }
