@@ -3,7 +3,8 @@
 # one: formatting, lints (native and wasm targets), core's unit, scenario,
 # SMTP and hardening tests, short fuzzing of core, the end-to-end tests of the real component in the
 # local host (SQLite, Redis), the Envoy filter in a proxy-wasm host and in real
-# Envoy, and the browser/Node signature package in Node and headless Chromium.
+# Envoy, contract tests of the OpenAPI document with Schemathesis, the README's
+# commands, and the browser/Node signature package in Node and headless Chromium.
 # Idempotent; installs what it needs (rustup targets, Debian and PyPI
 # packages, npm dev dependencies). Each artefact is built once per run.
 set -euo pipefail
@@ -67,6 +68,9 @@ ls -l "$TFA_COMPONENT_WASM" "$TFA_FILTER_WASM" "$TFA_HOST_BIN"
 
 step "cargo test --workspace (core, host, component, filter, end-to-end)"
 cargo test --workspace
+
+step "contract tests: Schemathesis against the component in the local host"
+./scripts/test-contract.sh
 
 step "documentation: README walkthrough, production checks, Envoy example, completeness"
 ./scripts/test-docs.sh
