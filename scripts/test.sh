@@ -10,8 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
 started=$(date +%s)
+step() { printf '\n==> [%4ss] %s\n' "$(( $(date +%s) - started ))" "$*"; }
 
 step "Rust toolchain: components and targets"
 rustup component add clippy rustfmt >/dev/null 2>&1 || true
