@@ -29,8 +29,10 @@
 //!    [`Service::resume`] with the pending state and the result.
 //! 4. On [`Step::Respond`]: write the response.
 //! 5. After writing it: call [`Service::complete`] with the reply's effects
-//!    (persists audit records, sweeps expired keys) and log the lines it
-//!    returns.
+//!    (persists audit records, sweeps expired keys, collects due webhook
+//!    deliveries and retries) and log the lines it returns; send each
+//!    webhook call it returns and report each result with
+//!    [`Service::webhook_result`].
 //!
 //! # Endpoints and the modules that own them
 //! Paths are below `API_BASE_PATH` (default `/api`).
@@ -46,6 +48,10 @@
 //! | `POST /2fa/backup-codes/generate`, `GET /2fa/backup-codes/count` | [`backup`] |
 //! | `GET /2fa/methods`, `DELETE /2fa/methods/{id}` | [`methods`] |
 //! | `GET /2fa/devices`, `DELETE /2fa/devices`, `DELETE /2fa/devices/{id}` | [`devices`] |
+//! | `POST /auth/introspect` | [`sessions`] |
+//! | `GET`/`POST /api-keys`, `DELETE /api-keys/{id}`, `POST /api-keys/{id}/rotate` | [`apikeys`] |
+//! | `GET /audit-log` | [`audit`] |
+//! | `GET`/`POST /webhooks`, `GET /webhooks/events`, `POST /webhooks/verify-signature`, `GET`/`DELETE /webhooks/{id}`, `POST /webhooks/{id}/test`, `GET /webhooks/{id}/deliveries` | [`webhooks`] |
 //!
 //! `GET /openapi.json` (the OpenAPI 3.1 document of all of the above) is
 //! [`openapi`].
