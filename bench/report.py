@@ -7,6 +7,7 @@ Every figure is a median over the runs of one invocation of bench.sh;
 targets are reported (met / not met), never asserted.
 """
 import json
+import re
 import os
 import platform
 import statistics
@@ -99,7 +100,7 @@ def main():
         busy = float(la0.split()[0]) > 0.5
     except (ValueError, IndexError):
         pass
-    w(f"| load average (1, 5, 15 min) | {la0} at start, {la1} at the end |")
+    w(f"| load average (1, 5, 15 min) | {la0} before the first benchmark, {la1} at the end (the benchmark's own load included) |")
     w("")
     if busy:
         w("**The machine was busy** when this ran (load average above 0.5 before the first")
@@ -254,7 +255,7 @@ def main():
     for conc in (1, 32, ("disk", 1), ("disk", 32)):
         t = tstat(conc)
         if t:
-            label = f"{conc[1]}, store on disk" if isinstance(conc, tuple) else conc
+            label = f"{conc[1]}, store on disk (one run)" if isinstance(conc, tuple) else conc
             w(f"| {label} | {rate(t['fps'])} | {us(t['login50'])} | {us(t['login99'])} | {us(t['verify50'])} "
               f"| {us(t['verify99'])} | {us(t['flow50'])} | {us(t['flow99'])} | {t['errors']} |")
     starved = sum((tstat(c) or {}).get("starved", 0) for c in (1, 32))
@@ -338,6 +339,27 @@ def main():
                   f"| {m['after_kib'] / 1024:,.1f} MiB | {(m['peak_kib'] - m['idle_kib']) / 1024:,.1f} MiB |")
         w("")
 
+    # ---------------------------------------------------------------- notes
+    w("## Notes on these figures\n")
+    simd_v = core.get("wasm_simd", {}).get("argon2id_verify", {}).get("median_ns")
+    if simd_v and argon_verify_ns == argon_verify_ns:
+        w(f"- The component is built without `+simd128` (`spin.toml`); Argon2id verify takes "
+          f"{ns(argon_verify_ns)} that way and {ns(simd_v)} with it ({argon_verify_ns / simd_v:.2f}×), "
+          "so the flag would raise the Argon2 floor by as much.")
+    if l1 and argon_verify_ns == argon_verify_ns:
+        w(f"- A login at concurrency 1 takes {us(l1['p50'])} (p50) against {ns(argon_verify_ns)} for the "
+          "Argon2 verify alone in a warm instance: the difference (store, a fresh instance and its "
+          "linear memory per request, the rest of the login) is not broken down here.")
+    m = memory.get("login")
+    if m:
+        w(f"- Under 100 concurrent logins the host's resident set grows by "
+          f"{(m['peak_kib'] - m['idle_kib']) / 1024:,.0f} MiB (about 64 instances × 19 MiB of Argon2 memory) "
+          f"and is still {m['after_kib'] / 1024:,.0f} MiB after the load.")
+    if e_none and e_filter:
+        w("- Envoy's p50 at concurrency 1 includes wrk's own cost on the same cores; the filter's "
+          "overhead is the difference between rows measured in alternation.")
+    w("")
+
     # ---------------------------------------------------------------- browser module
     w("## Browser signature module size\n")
     w("`web/webhook-verify` (`@tfa/webhook-verify`): tfa-core's webhook signature code compiled for")
@@ -374,7 +396,8 @@ def main():
     root = os.getcwd()
     home = os.path.expanduser("~")
     for c in commands:
-        w(c.replace(root + "/", "").replace(root, ".").replace(home, "~"))
+        c = c.replace(root + "/", "").replace(root, "$PWD").replace(home, "~")
+        w(re.sub(r"--port [0-9]+", "--port <port>", c))
     w("```")
     print("\n".join(out))
 

@@ -27,10 +27,13 @@ done
 # --only runs one section and writes target/bench/BENCHMARKS.partial.md
 # instead of BENCHMARKS.md (for working on one benchmark).
 want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
+# 2FA users: each can log in about once per 30-second TOTP step (replay
+# protection), so the pool grows with the cores (logins are CPU-bound).
+cores=$(nproc)
 if [ "$mode" = quick ]; then
-    RUNS=3; SECS=3; CORE_RUNS=5; TWOFA_USERS=150; TWOFA_SECS=3; START_INSTANCES=500; COMPILE_RUNS=1
+    RUNS=3; SECS=3; CORE_RUNS=5; TWOFA_USERS=$((150 * cores)); TWOFA_SECS=3; START_INSTANCES=500; COMPILE_RUNS=1
 else
-    RUNS=5; SECS=10; CORE_RUNS=11; TWOFA_USERS=700; TWOFA_SECS=8; START_INSTANCES=3000; COMPILE_RUNS=3
+    RUNS=5; SECS=10; CORE_RUNS=11; TWOFA_USERS=$((500 * cores)); TWOFA_SECS=8; START_INSTANCES=3000; COMPILE_RUNS=3
 fi
 
 out="$root/target/bench"
@@ -44,7 +47,11 @@ commands="$out/commands.txt"
 step() { printf '\n==> %s\n' "$*" >&2; }
 # Runs a command and records it (for the "exact commands" section).
 run() {
-    { printf '%q ' "$@"; printf '\n'; } >>"$commands"
+    local a line=""
+    for a in "$@"; do
+        case "$a" in *[[:space:]]*) line+="'$a' " ;; *) line+="$a " ;; esac
+    done
+    printf '%s\n' "${line% }" >>"$commands"
     "$@"
 }
 record() { printf '%s\n' "$1" >>"$results"; }
@@ -238,7 +245,7 @@ step "2FA login (login + /2fa/verify, $TWOFA_USERS users)"
 run "$bench_bin" 2fa --port "$api_port" --users "$TWOFA_USERS" --conc 1,32 --runs "$RUNS" --secs "$TWOFA_SECS" >"$out/2fa.jsonl"
 cat "$out/2fa.jsonl" >>"$results"
 step "2FA login with the store on disk (one run)"
-run "$bench_bin" 2fa --port "$disk_port" --users "$((TWOFA_USERS / 3))" --conc 1,32 --runs 1 --secs "$TWOFA_SECS" >"$out/2fa-disk.jsonl"
+run "$bench_bin" 2fa --port "$disk_port" --users "$((TWOFA_USERS / 2))" --conc 1,32 --runs 1 --secs "$TWOFA_SECS" >"$out/2fa-disk.jsonl"
 sed 's/"bench":"2fa_login"/"bench":"2fa_login_disk"/' "$out/2fa-disk.jsonl" >>"$results"
 
 step "host memory under 100 concurrent connections"
