@@ -245,7 +245,9 @@ step "2FA login (login + /2fa/verify, $TWOFA_USERS users)"
 run "$bench_bin" 2fa --port "$api_port" --users "$TWOFA_USERS" --conc 1,32 --runs "$RUNS" --secs "$TWOFA_SECS" >"$out/2fa.jsonl"
 cat "$out/2fa.jsonl" >>"$results"
 step "2FA login with the store on disk (one run)"
-run "$bench_bin" 2fa --port "$disk_port" --users "$((TWOFA_USERS / 2))" --conc 1,32 --runs 1 --secs "$TWOFA_SECS" >"$out/2fa-disk.jsonl"
+# Not fatal: the disk is shared with other work and can fill up.
+run "$bench_bin" 2fa --port "$disk_port" --users "$((TWOFA_USERS / 2))" --conc 1,32 --runs 1 --secs "$TWOFA_SECS" >"$out/2fa-disk.jsonl" ||
+    echo "2FA on disk failed (see $out/api-disk/host.log); its rows are left out" >&2
 sed 's/"bench":"2fa_login"/"bench":"2fa_login_disk"/' "$out/2fa-disk.jsonl" >>"$results"
 
 step "host memory under 100 concurrent connections"

@@ -182,18 +182,23 @@ struct WorkerResult {
     starved_ms: u64,
 }
 
-/// The next user for whom a fresh code is acceptable now, and that code's step.
-fn take(queue: &Mutex<VecDeque<User>>) -> Option<(User, u64)> {
+/// The next user for whom a fresh code is acceptable now (the step after
+/// its last one is at most one step ahead of the clock).
+fn take(queue: &Mutex<VecDeque<User>>) -> Option<User> {
     let mut q = queue.lock().ok()?;
     let now_step = unix_secs() / 30;
     // The front is the user used longest ago.
-    let ok = q.front().is_some_and(|u| u.last_step <= now_step);
-    if !ok {
+    if q.front().is_none_or(|u| u.last_step > now_step) {
         return None;
     }
-    let u = q.pop_front()?;
-    let step = (u.last_step + 1).max(now_step.saturating_sub(1));
-    Some((u, step))
+    q.pop_front()
+}
+
+/// The step whose code to send now: after the user's last one, and never
+/// behind the clock (a login can take a second under load, so a code of the
+/// previous step could expire before the server sees it).
+fn fresh_step(user: &User) -> u64 {
+    (user.last_step + 1).max(unix_secs() / 30)
 }
 
 fn worker(port: u16, queue: &Mutex<VecDeque<User>>, deadline: Instant) -> WorkerResult {
@@ -201,13 +206,14 @@ fn worker(port: u16, queue: &Mutex<VecDeque<User>>, deadline: Instant) -> Worker
     let mut r = WorkerResult::default();
     // Bounded: stops at the deadline whatever happens.
     while now() < deadline {
-        let Some((mut user, step)) = take(queue) else {
+        let Some(mut user) = take(queue) else {
             std::thread::sleep(Duration::from_millis(20));
             r.starved_ms += 20;
             continue;
         };
         let login_body = json!({"emailOrUsername": user.email, "password": PASSWORD}).to_string();
         let t0 = now();
+        let mut step = user.last_step + 1;
         let ok = (|| -> anyhow::Result<Sample> {
             let a = c.call("POST", "/api/auth/login", Some(&login_body), None)?;
             let t1 = now();
@@ -217,6 +223,7 @@ fn worker(port: u16, queue: &Mutex<VecDeque<User>>, deadline: Instant) -> Worker
                     format!("login {}: {}", a.status, String::from_utf8_lossy(&a.body))
                 })?
                 .to_string();
+            step = fresh_step(&user);
             let body = json!({"tempToken": temp, "code": code(&user.secret, step)}).to_string();
             let t2 = now();
             let v = c.call("POST", "/api/2fa/verify", Some(&body), None)?;
