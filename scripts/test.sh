@@ -53,7 +53,7 @@ step "cargo clippy (native, all targets, warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "cargo clippy (wasm targets)"
-cargo clippy -p spin-app --target wasm32-wasip2 -- -D warnings
+cargo clippy -p spin-app -p tfa-bench-floor --target wasm32-wasip2 -- -D warnings
 cargo clippy -p edge-filter --target wasm32-wasip1 -- -D warnings
 
 step "build the artefacts once: component, filter, host"
