@@ -75,32 +75,6 @@ impl<'a> Bytes<'a> {
 // ---------------------------------------------------------------------------
 // Responses
 
-/// Runs `check` on every case file in `dir` (sorted; dot-files skipped) and
-/// fails naming the first file that breaks an invariant; returns how many
-/// ran. The native replay of fuzz seeds and saved cases, for core's targets
-/// and the filter's (`edge-filter/tests/fuzz_regressions.rs`).
-pub fn replay_dir(dir: &std::path::Path, check: fn(&[u8])) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    let mut files: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-    files.sort();
-    let mut n = 0;
-    for file in files {
-        if file
-            .file_name()
-            .is_some_and(|f| f.to_string_lossy().starts_with('.'))
-        {
-            continue;
-        }
-        let data = std::fs::read(&file).expect("readable case");
-        let outcome = std::panic::catch_unwind(|| check(&data));
-        assert!(outcome.is_ok(), "{} broke an invariant", file.display());
-        n += 1;
-    }
-    n
-}
-
 /// The checks every response must pass: not a 500, and either an empty 204
 /// (preflight) or a JSON body with a JSON content type that is the success
 /// envelope `{success: true, data}`, the failure envelope
