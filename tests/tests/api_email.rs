@@ -162,9 +162,7 @@ fn an_untrusted_certificate_is_a_failed_delivery_not_plain_text() {
 #[test]
 fn refused_and_silent_smtp_servers_fail_cleanly_and_cost_nothing() {
     // A port with nothing listening (bound, then closed).
-    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
-    let refused_port = closed.local_addr().unwrap().port();
-    drop(closed);
+    let refused_port = e2e::free_port();
     // A server that accepts and never sends its greeting.
     let silent = TcpListener::bind("127.0.0.1:0").unwrap();
     let silent_port = silent.local_addr().unwrap().port();

@@ -219,9 +219,8 @@ fn sms_gateways_that_time_out_or_refuse_fail_cleanly() {
     assert!(r.data()["accessToken"].is_string(), "{}", r.json());
 
     // Nothing listens at the gateway's address: setup fails, nothing pending.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let refused = format!("http://127.0.0.1:{}", closed.local_addr().unwrap().port());
-    drop(closed);
+    // A port with nothing listening.
+    let refused = format!("http://127.0.0.1:{}", e2e::free_port());
     let host = Host::start(HostOptions {
         env: twilio_env(&refused),
         ..Default::default()
@@ -283,9 +282,8 @@ fn drive_until(c: &Client, receiver: &FakeServer, n: usize) -> Vec<Received> {
 #[test]
 fn webhook_retries_survive_restarts_until_delivered() {
     let receiver = FakeServer::start();
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let refused = format!("http://127.0.0.1:{}", closed.local_addr().unwrap().port());
-    drop(closed);
+    // A port with nothing listening.
+    let refused = format!("http://127.0.0.1:{}", e2e::free_port());
     let env = |offset_ms: u64| HostOptions {
         env: vec![
             ("WEBHOOK_ALLOW_PRIVATE".into(), "true".into()),
