@@ -118,7 +118,7 @@ pub fn authenticate(ctx: &mut Ctx, secret: &str, scope: &'static str) -> Result<
         .last_used_ms
         .is_none_or(|t| now.saturating_sub(t) >= 60_000)
     {
-        records::update(ctx.env.store, &key(&id), |k: &mut ApiKeyRecord| {
+        records::update(ctx.env, &key(&id), |k: &mut ApiKeyRecord| {
             k.last_used_ms = Some(now);
             Ok(())
         })?;
@@ -209,7 +209,7 @@ pub fn create(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         .store
         .set(&format!("apikeyp:{}", record.prefix), record.id.as_bytes())?;
     records::update(
-        ctx.env.store,
+        ctx.env,
         &format!("user:{}", user.id),
         |u: &mut UserRecord| {
             if u.api_keys.len() >= MAX_KEYS_PER_USER {
@@ -247,13 +247,8 @@ pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     ctx.limit(ratelimit::DEFAULT, &ctx.ip.clone())?;
     let (user, _) = sessions::authenticate_session(ctx)?;
     let keys: Vec<String> = user.api_keys.iter().map(|id| key(id)).collect();
-    let list: Vec<Value> = ctx
-        .env
-        .store
-        .get_many(&keys)?
+    let list: Vec<Value> = records::load_each::<ApiKeyRecord>(ctx.env.store, &keys)?
         .into_iter()
-        .flatten()
-        .filter_map(|raw| serde_json::from_slice::<ApiKeyRecord>(&raw).ok())
         .filter(|k| k.user_id == user.id)
         .map(|k| view(&k))
         .collect();
@@ -266,9 +261,9 @@ pub fn revoke(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
     let (user, _) = sessions::authenticate_session(ctx)?;
     let k = owned(ctx, &user, id)?;
     ctx.env.store.delete(&format!("apikeyp:{}", k.prefix))?;
-    ctx.env.store.delete(&key(id))?;
+    records::remove(ctx.env, &key(id))?;
     records::update(
-        ctx.env.store,
+        ctx.env,
         &format!("user:{}", user.id),
         |u: &mut UserRecord| {
             u.api_keys.retain(|x| x != id);
@@ -299,7 +294,7 @@ pub fn rotate(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
     ctx.env
         .store
         .set(&format!("apikeyp:{prefix}"), id.as_bytes())?;
-    let record = records::update(ctx.env.store, &key(id), |k: &mut ApiKeyRecord| {
+    let record = records::update(ctx.env, &key(id), |k: &mut ApiKeyRecord| {
         k.prefix = prefix.clone();
         k.hash = hash.clone();
         k.last_used_ms = None;

@@ -119,25 +119,21 @@ pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         .rev()
         .map(|n| format!("audit:{}:{n}", auth.user.id))
         .collect();
-    let events: Vec<serde_json::Value> = ctx
-        .env
-        .store
-        .get_many(&keys)?
-        .into_iter()
-        .flatten()
-        .filter_map(|raw| serde_json::from_slice::<AuditRecord>(&raw).ok())
-        .map(|r| {
-            serde_json::json!({
-                "id": r.id,
-                "action": r.action,
-                "success": r.success,
-                "ipAddress": r.ip_address,
-                "userAgent": r.user_agent,
-                "details": r.details,
-                "createdAt": r.created_at,
+    let events: Vec<serde_json::Value> =
+        crate::records::load_each::<AuditRecord>(ctx.env.store, &keys)?
+            .into_iter()
+            .map(|r| {
+                serde_json::json!({
+                    "id": r.id,
+                    "action": r.action,
+                    "success": r.success,
+                    "ipAddress": r.ip_address,
+                    "userAgent": r.user_agent,
+                    "details": r.details,
+                    "createdAt": r.created_at,
+                })
             })
-        })
-        .collect();
+            .collect();
     let next = (end > 0).then(|| end.to_string());
     Ok(Outcome::Done(web::ok(
         200,

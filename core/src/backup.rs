@@ -1,6 +1,6 @@
 //! Backup codes: ten one-time codes per user, kept as keyed hashes
 //! (HMAC-SHA-256 with a key derived from a server secret, salted with the
-//! user id). Consumption is a compare-and-swap on the user record, so of any
+//! user id). Consumption is a locked update of the user record, so of any
 //! number of concurrent uses of one code exactly one succeeds.
 
 use serde_json::json;
@@ -41,7 +41,7 @@ pub fn set_of(hashes: Vec<String>) -> BackupSet {
 
 /// The stored hash of backup code `input` of `user`, if it is an unused code
 /// of the user's set; reads only (the code is spent by [`mark_used`] inside
-/// the compare-and-swap that also links the new session). A malformed or
+/// the locked update that also links the new session). A malformed or
 /// unknown code is `InvalidCode`, a used one `BackupCodeUsed`.
 pub fn check(ctx: &mut Ctx, user: &UserRecord, input: &str) -> Result<String, ApiError> {
     let code = codes::normalize_backup_code(input).ok_or(ApiError::InvalidCode)?;
@@ -65,7 +65,7 @@ fn slot_of<'s>(set: &'s BackupSet, hash: &str) -> Option<&'s BackupSlot> {
     found
 }
 
-/// Marks the code with `hash` used in `u` (inside a compare-and-swap);
+/// Marks the code with `hash` used in `u` (inside a locked update);
 /// returns the number of codes left. `InvalidCode` when the set no longer
 /// holds it (replaced meanwhile), `BackupCodeUsed` when another request
 /// spent it first.
@@ -95,7 +95,7 @@ pub fn generate(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let (plain, hashes) = new_set(ctx, &auth.user.id)?;
     let now = ctx.now_ms();
     records::update(
-        ctx.env.store,
+        ctx.env,
         &format!("user:{}", auth.user.id),
         |u: &mut UserRecord| {
             if !u.two_factor_enabled {

@@ -80,18 +80,14 @@ pub fn trust(ctx: &mut Ctx, user_id: &str, name: Option<String>) -> Result<Strin
     };
     records::save(ctx.env.store, &key(&device.id), &device)?;
     housekeeping::schedule_record(ctx.env, &key(&device.id), exp_ms)?;
-    records::update(
-        ctx.env.store,
-        &format!("user:{user_id}"),
-        |u: &mut UserRecord| {
-            u.prune(now);
-            u.devices.push(Ref {
-                id: device.id.clone(),
-                exp_ms,
-            });
-            Ok(())
-        },
-    )?;
+    records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
+        u.prune(now);
+        u.devices.push(Ref {
+            id: device.id.clone(),
+            exp_ms,
+        });
+        Ok(())
+    })?;
     ctx.audit(
         Some(user_id),
         "trusted_device_added",
@@ -121,7 +117,7 @@ pub fn trusted(ctx: &mut Ctx, user: &UserRecord, token: &str) -> Result<bool, Ap
         return Ok(false);
     }
     let now = ctx.now_ms();
-    let ok = records::update(ctx.env.store, &key(&did), |d: &mut DeviceRecord| {
+    let ok = records::update(ctx.env, &key(&did), |d: &mut DeviceRecord| {
         if d.user_id != user.id || d.exp_ms <= now {
             return Ok(false);
         }
@@ -134,13 +130,8 @@ pub fn trusted(ctx: &mut Ctx, user: &UserRecord, token: &str) -> Result<bool, Ap
 fn live(ctx: &mut Ctx, user: &UserRecord) -> Result<Vec<DeviceRecord>, ApiError> {
     let keys: Vec<String> = user.devices.iter().map(|r| key(&r.id)).collect();
     let now = ctx.now_ms();
-    let mut out: Vec<DeviceRecord> = ctx
-        .env
-        .store
-        .get_many(&keys)?
+    let mut out: Vec<DeviceRecord> = records::load_each::<DeviceRecord>(ctx.env.store, &keys)?
         .into_iter()
-        .flatten()
-        .filter_map(|raw| serde_json::from_slice::<DeviceRecord>(&raw).ok())
         .filter(|d| d.exp_ms > now && d.user_id == user.id)
         .collect();
     out.sort_by_key(|d| std::cmp::Reverse(d.created_ms));
@@ -166,10 +157,10 @@ pub fn delete(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
     if !found.is_some_and(|d| d.user_id == auth.user.id && d.exp_ms > ctx.env.now_ms) {
         return Err(ApiError::NotFound);
     }
-    ctx.env.store.delete(&key(id))?;
+    records::remove(ctx.env, &key(id))?;
     let now = ctx.now_ms();
     records::update(
-        ctx.env.store,
+        ctx.env,
         &format!("user:{}", auth.user.id),
         |u: &mut UserRecord| {
             u.prune(now);
@@ -196,7 +187,7 @@ pub fn delete_all(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let live_count = live(ctx, &auth.user)?.len();
     let now = ctx.now_ms();
     let refs = records::update(
-        ctx.env.store,
+        ctx.env,
         &format!("user:{}", auth.user.id),
         |u: &mut UserRecord| {
             u.prune(now);
@@ -205,7 +196,7 @@ pub fn delete_all(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     )?
     .unwrap_or_default();
     for r in &refs {
-        ctx.env.store.delete(&key(&r.id))?;
+        records::remove(ctx.env, &key(&r.id))?;
     }
     ctx.audit(
         Some(&auth.user.id),

@@ -16,7 +16,8 @@
 //! 3. delete each entry's key: counters unconditionally, records only when
 //!    their own `expMs` has passed (a session whose expiry moved on refresh
 //!    has a later entry too);
-//! 4. advance the pointer with compare-and-swap and drop the bucket's keys.
+//! 4. advance the pointer (a compare-and-set under the pointer's lock,
+//!    [`crate::records::replace`]) and drop the bucket's keys.
 //!
 //! Every request ticks, so a deployment whose traffic stops sweeps later; a
 //! scheduler that wants expired keys gone on time can call
@@ -24,6 +25,7 @@
 
 use crate::error::ApiError;
 use crate::ports::Env;
+use crate::records;
 
 /// Bucket length.
 pub const BUCKET_MS: u64 = 5 * 60 * 1000;
@@ -120,7 +122,7 @@ fn drain_into<T>(
         }
         let done = each(env, next)?;
         let new = next.to_string().into_bytes();
-        let advanced = env.store.compare_and_swap(q.ptr, &old, &new)?;
+        let advanced = records::replace(env, q.ptr, &old, &new)?;
         if !advanced {
             // Another caller moved the pointer: it owns the bucket now.
             let _ = env.store.delete(&claim);
@@ -160,36 +162,23 @@ fn sweep(env: &mut Env, bucket: u64) -> Result<usize, ApiError> {
     let mut removed = 0;
     let mut i = 1;
     while i <= n {
-        let end = (i + 99).min(n);
-        let keys: Vec<String> = (i..=end).map(|k| format!("hk:e:{bucket}:{k}")).collect();
-        let entries = env.store.get_many(&keys)?;
-        for (entry_key, entry) in keys.iter().zip(entries) {
-            if let Some(entry) = entry.as_deref().and_then(|e| std::str::from_utf8(e).ok()) {
-                if let Some(key) = entry.strip_prefix("c|") {
-                    env.store.delete(key)?;
+        let entry_key = format!("hk:e:{bucket}:{i}");
+        let entry = env.store.get(&entry_key)?;
+        if let Some(entry) = entry.as_deref().and_then(|e| std::str::from_utf8(e).ok()) {
+            if let Some(key) = entry.strip_prefix("c|") {
+                env.store.delete(key)?;
+                removed += 1;
+            } else if let Some(key) = entry.strip_prefix("r|") {
+                // Under the record's lock: an update that read it before
+                // cannot write it back.
+                if records::remove_expired(env, key)? {
                     removed += 1;
-                } else if let Some(key) = entry.strip_prefix("r|") {
-                    if record_expired(env, key)? {
-                        env.store.delete(key)?;
-                        removed += 1;
-                    }
                 }
             }
-            env.store.delete(entry_key)?;
         }
-        i = end + 1;
+        env.store.delete(&entry_key)?;
+        i += 1;
     }
     env.store.delete(&count_key)?;
     Ok(removed)
-}
-
-fn record_expired(env: &mut Env, key: &str) -> Result<bool, ApiError> {
-    let Some(bytes) = env.store.get(key)? else {
-        return Ok(false);
-    };
-    let exp = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()
-        .and_then(|v| v.get("expMs").and_then(|e| e.as_u64()));
-    // A record without a readable expiry is left alone.
-    Ok(exp.is_some_and(|e| e <= env.now_ms))
 }

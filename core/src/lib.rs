@@ -90,6 +90,8 @@ pub mod http;
 #[cfg(feature = "service")]
 mod jwt_hmac;
 #[cfg(feature = "service")]
+pub mod lock;
+#[cfg(feature = "service")]
 pub mod methods;
 #[cfg(feature = "service")]
 pub mod mfa;

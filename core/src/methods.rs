@@ -45,7 +45,7 @@ pub fn delete(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
     }
     let now = ctx.now_ms();
     let kind = records::update(
-        ctx.env.store,
+        ctx.env,
         &format!("user:{}", auth.user.id),
         |u: &mut UserRecord| {
             let m = u

@@ -143,15 +143,15 @@ enum Spend {
 }
 
 /// Exchanges the temp token (once) for a session with `mfa` set, spending
-/// `spend` in the same compare-and-swap of the user record that links the
+/// `spend` in the same locked update of the user record that links the
 /// session: either both happen or neither does, so a store that fails at any
 /// point never leaves a backup code, TOTP step or SMS / e-mail code spent
 /// without a session.
 /// Returns the tokens and the number of backup codes left.
 ///
 /// Order: claim the temp token (`ttu:{jti}`), store the new session record
-/// (unreachable until linked: no token names it), then the compare-and-swap.
-/// When the store fails before the compare-and-swap, the code is unspent and
+/// (unreachable until linked: no token names it), then the locked update.
+/// When the store fails before the locked update, the code is unspent and
 /// the temp token is used up (the user logs in again). When another request
 /// spent the code first, the temp token is given back and the attempt counts
 /// as a failure.
@@ -169,7 +169,7 @@ fn exchange(
     let session = sessions::prepare(ctx, &claims.sub, true)?;
     let now = ctx.now_ms();
     let linked = records::update(
-        ctx.env.store,
+        ctx.env,
         &format!("user:{}", claims.sub),
         |u: &mut UserRecord| {
             let left = match &spend {

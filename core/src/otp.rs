@@ -219,22 +219,18 @@ fn send(
             .ok_or(ApiError::Internal)?,
         attempts: 0,
     };
-    let previous = records::update(
-        ctx.env.store,
-        &format!("user:{user_id}"),
-        |u: &mut UserRecord| {
-            u.prune(now);
-            let previous = u
-                .codes
-                .iter()
-                .find(|c| c.method == channel.name() && c.purpose == purpose)
-                .cloned();
-            u.codes
-                .retain(|c| !(c.method == channel.name() && c.purpose == purpose));
-            u.codes.push(entry.clone());
-            Ok(previous)
-        },
-    )?
+    let previous = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
+        u.prune(now);
+        let previous = u
+            .codes
+            .iter()
+            .find(|c| c.method == channel.name() && c.purpose == purpose)
+            .cloned();
+        u.codes
+            .retain(|c| !(c.method == channel.name() && c.purpose == purpose));
+        u.codes.push(entry.clone());
+        Ok(previous)
+    })?
     .ok_or(ApiError::InvalidToken)?;
     let d = delivery(ctx.config, channel, target, &code).ok_or(match channel {
         Channel::Sms => ApiError::SmsNotConfigured,
@@ -281,7 +277,7 @@ pub fn finish_send(
             // it replaced (unless yet another code has come since).
             let now = ctx.now_ms();
             records::update(
-                ctx.env.store,
+                ctx.env,
                 &format!("user:{}", p.user_id),
                 |u: &mut UserRecord| {
                     let before = u.codes.len();
@@ -362,41 +358,37 @@ fn check(
         .map(|c| Ok((c.name(), code_hash(ctx, user_id, c, code)?)))
         .collect::<Result<Vec<_>, ApiError>>()?;
     let now = ctx.now_ms();
-    let out = records::update(
-        ctx.env.store,
-        &format!("user:{user_id}"),
-        |u: &mut UserRecord| {
-            u.prune(now);
-            let mut matched = None;
-            let mut tried = false;
-            for (i, c) in u.codes.iter_mut().enumerate() {
-                if c.purpose != purpose || only.is_some_and(|o| o.name() != c.method) {
-                    continue;
-                }
-                tried = true;
-                let expected = hashes
-                    .iter()
-                    .find(|(m, _)| *m == c.method)
-                    .map(|(_, h)| h.as_str());
-                let ok = expected.is_some_and(|h| codes::ct_eq(h.as_bytes(), c.hash.as_bytes()));
-                if ok && c.attempts < MAX_ATTEMPTS && matched.is_none() {
-                    matched = Some(i);
-                } else {
-                    c.attempts = c.attempts.saturating_add(1);
-                }
+    let out = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
+        u.prune(now);
+        let mut matched = None;
+        let mut tried = false;
+        for (i, c) in u.codes.iter_mut().enumerate() {
+            if c.purpose != purpose || only.is_some_and(|o| o.name() != c.method) {
+                continue;
             }
-            if let Some(i) = matched {
-                let c = if spend {
-                    u.codes.remove(i)
-                } else {
-                    u.codes[i].clone()
-                };
-                return Ok(Check::Matched(c));
+            tried = true;
+            let expected = hashes
+                .iter()
+                .find(|(m, _)| *m == c.method)
+                .map(|(_, h)| h.as_str());
+            let ok = expected.is_some_and(|h| codes::ct_eq(h.as_bytes(), c.hash.as_bytes()));
+            if ok && c.attempts < MAX_ATTEMPTS && matched.is_none() {
+                matched = Some(i);
+            } else {
+                c.attempts = c.attempts.saturating_add(1);
             }
-            u.codes.retain(|c| c.attempts < MAX_ATTEMPTS);
-            Ok(if tried { Check::Wrong } else { Check::Missing })
-        },
-    )?;
+        }
+        if let Some(i) = matched {
+            let c = if spend {
+                u.codes.remove(i)
+            } else {
+                u.codes[i].clone()
+            };
+            return Ok(Check::Matched(c));
+        }
+        u.codes.retain(|c| c.attempts < MAX_ATTEMPTS);
+        Ok(if tried { Check::Wrong } else { Check::Missing })
+    })?;
     Ok(out.unwrap_or(Check::Missing))
 }
 
@@ -430,7 +422,7 @@ pub fn verify_setup(ctx: &mut Ctx, channel: Channel) -> Result<Outcome, ApiError
     let now = ctx.now_ms();
     let id = ctx.uuid();
     records::update(
-        ctx.env.store,
+        ctx.env,
         &format!("user:{}", auth.user.id),
         |u: &mut UserRecord| {
             u.methods.retain(|m| m.kind != channel.name());
@@ -501,7 +493,7 @@ pub fn send_code(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
 /// The login check: the outstanding SMS / e-mail login code of `user_id`
 /// (restricted to `only` when given) that `code` matches, if any. The code
 /// is not spent here: [`spend_login_code`] removes it inside the
-/// compare-and-swap that links the new session (see [`crate::mfa`]). A miss
+/// locked update that links the new session (see [`crate::mfa`]). A miss
 /// counts against the codes tried, as in every check.
 pub fn login_match(
     ctx: &mut Ctx,
@@ -518,7 +510,7 @@ pub fn login_match(
 }
 
 /// Removes login code `code` (found by [`login_match`]) from `u`, inside a
-/// compare-and-swap; `InvalidCode` when it is gone meanwhile (spent by
+/// locked update; `InvalidCode` when it is gone meanwhile (spent by
 /// another request, expired, out of tries).
 pub fn spend_login_code(u: &mut UserRecord, code: &OtpCode, now_ms: u64) -> Result<(), ApiError> {
     let i = u

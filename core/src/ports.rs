@@ -2,17 +2,24 @@
 //! a source of random bytes. Time is not a port: it is the `now_ms` argument
 //! of every call.
 //!
-//! The store contract is the intersection of Spin's key-value API and
-//! `wasi:keyvalue` (store, atomics, batch), so that a Spin component can
-//! implement it directly:
+//! The store contract is what every key-value backend of Spin implements
+//! correctly (SQLite and Redis, Spin 3.x and 4.x), so that a Spin component
+//! can implement it directly with Spin's key-value API and
+//! `wasi:keyvalue/atomics` `increment`:
 //!
-//! * `get` / `set` / `delete` / `get_many` on byte values;
-//! * `increment` is atomic and is the **only** way a counter is ever read
-//!   (increment by 0 reads it). Counters and plain values never share a key.
-//! * `compare_and_swap` replaces an **existing** value atomically. Core never
-//!   relies on it for a missing key: Spin's SQLite store turns that into an
-//!   unconditional write. Unique names are claimed with `increment` instead
-//!   (the caller that gets 1 owns the name).
+//! * `get` / `set` / `delete` on byte values, one key at a time;
+//! * `increment` is atomic and is the **only** way a counter's value is ever
+//!   read (increment by 0 reads it); `get` on a counter only tells whether it
+//!   exists (backends encode counters differently: digits on Redis, 8 bytes
+//!   on Spin's SQLite). Counters and plain values never share a key.
+//! * No compare-and-swap and no batch: Spin 4.0's Redis backend fails every
+//!   compare-and-swap, runs it unisolated on a shared connection, and answers
+//!   `get-many` with a pattern scan; its SQLite backend turns a swap of a
+//!   missing key into an unconditional write. What must happen once is built
+//!   on `increment` instead: unique names are claimed by the caller that gets
+//!   1, and records change under [`crate::lock`].
+//! * `pause` lets a caller that waits for a lock back off; it does no I/O on
+//!   the store.
 //! * Core never lists keys.
 
 use std::fmt;
@@ -30,7 +37,7 @@ impl fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
-/// A key-value store with atomic counters and compare-and-swap.
+/// A key-value store with atomic counters.
 ///
 /// Methods take `&self`: one store is shared by concurrent requests, and
 /// implementations synchronise internally (or are backed by a server that
@@ -42,15 +49,15 @@ pub trait Store {
     fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError>;
     /// Removes `key`; removing a missing key is not an error.
     fn delete(&self, key: &str) -> Result<(), StoreError>;
-    /// The values of several keys, in the order asked.
-    fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, StoreError>;
     /// Atomically adds `delta` to the counter at `key` (a missing counter is
     /// 0) and returns the new value.
     fn increment(&self, key: &str, delta: i64) -> Result<i64, StoreError>;
-    /// Atomically replaces the value at `key` with `new` if it currently
-    /// equals `old`. Returns `Ok(false)` when the value differs or the key is
-    /// missing. Callers only use it on keys they know to exist.
-    fn compare_and_swap(&self, key: &str, old: &[u8], new: &[u8]) -> Result<bool, StoreError>;
+    /// Called between two attempts to take a lock that another request
+    /// holds (`attempt` counts from 1). A host may sleep a little, growing
+    /// with `attempt`; the default returns at once.
+    fn pause(&self, attempt: u32) {
+        let _ = attempt;
+    }
 }
 
 /// A cryptographically secure source of random bytes, provided by the host
@@ -96,13 +103,10 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     fn delete(&self, key: &str) -> Result<(), StoreError> {
         (**self).delete(key)
     }
-    fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
-        (**self).get_many(keys)
-    }
     fn increment(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
         (**self).increment(key, delta)
     }
-    fn compare_and_swap(&self, key: &str, old: &[u8], new: &[u8]) -> Result<bool, StoreError> {
-        (**self).compare_and_swap(key, old, new)
+    fn pause(&self, attempt: u32) {
+        (**self).pause(attempt)
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! | key | value |
 //! |---|---|
-//! | `user:{id}` | [`UserRecord`] (JSON), updated only by compare-and-swap |
+//! | `user:{id}` | [`UserRecord`] (JSON), changed only with [`update`] |
 //! | `email:{lower-case e-mail}` | user id |
 //! | `username:{lower-case name}` | user id |
 //! | `claim:email:{..}`, `claim:username:{..}` | counters; 1 = claimed (removed after 10 minutes) |
@@ -18,18 +18,20 @@
 //! | `audit:{uid}:{n}`, `auditn:{uid}` | audit records and their sequence counter |
 //! | `sys:secret:{NAME}` | generated development secrets |
 //! | `hk:…` | the housekeeping index (see [`crate::housekeeping`]) |
+//! | `lk:{key}:{period}` | lock counters (see [`crate::lock`]) |
 //!
 //! Records are JSON. A record that several requests may change at once is
-//! only ever changed with [`update`], a compare-and-swap loop.
+//! only ever changed with [`update`] and removed with [`remove`], which hold
+//! the record's lock (`increment`-based, so it works on every Spin
+//! backend): the read, the change and the write happen as one step, and a
+//! removal cannot be undone by an update that read the record before it.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
-use crate::ports::Store;
-
-/// How often [`update`] retries a compare-and-swap that lost a race.
-const CAS_RETRIES: usize = 200;
+use crate::lock;
+use crate::ports::{Env, Store};
 
 /// A user and everything that hangs off it but needs no key of its own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -208,29 +210,88 @@ pub fn save<T: Serialize>(store: &dyn Store, key: &str, value: &T) -> Result<(),
     Ok(())
 }
 
-/// Reads the record at `key`, lets `change` modify it, and writes it back
-/// with compare-and-swap, retrying from a fresh read when another writer got
-/// there first. `change` may run several times and must only touch the
-/// record. When it returns an error nothing is written. A missing record is
-/// `Ok(None)`.
-pub fn update<T, R>(
+/// Reads and decodes the records at `keys`, one key at a time (no batch
+/// read: see [`crate::ports`]), skipping missing ones. Records that do not
+/// decode are skipped too: a list shows what it can.
+pub fn load_each<T: DeserializeOwned>(
     store: &dyn Store,
+    keys: &[String],
+) -> Result<Vec<T>, ApiError> {
+    let mut out = Vec::with_capacity(keys.len());
+    for key in keys {
+        if let Some(bytes) = store.get(key)? {
+            if let Ok(value) = serde_json::from_slice(&bytes) {
+                out.push(value);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads the record at `key`, lets `change` modify it, and writes it back,
+/// all under the record's lock ([`crate::lock`]), so concurrent updates of
+/// one record happen one after the other and none is lost. When `change`
+/// returns an error nothing is written; when it changes nothing the record
+/// is not rewritten. A missing record is `Ok(None)` (`change` does not run).
+pub fn update<T, R>(
+    env: &Env,
     key: &str,
-    mut change: impl FnMut(&mut T) -> Result<R, ApiError>,
+    change: impl FnOnce(&mut T) -> Result<R, ApiError>,
 ) -> Result<Option<R>, ApiError>
 where
     T: Serialize + DeserializeOwned,
 {
-    for _ in 0..CAS_RETRIES {
+    let store = env.store;
+    lock::with(store, key, env.now_ms, || {
         let Some(old) = store.get(key)? else {
             return Ok(None);
         };
         let mut value: T = decode(&old)?;
         let out = change(&mut value)?;
         let new = encode(&value)?;
-        if new == old || store.compare_and_swap(key, &old, &new)? {
-            return Ok(Some(out));
+        if new != old {
+            store.set(key, &new)?;
         }
-    }
-    Err(ApiError::Unavailable)
+        Ok(Some(out))
+    })
+}
+
+/// Replaces the value at `key` with `new` if it is `old`, under the key's
+/// lock: compare-and-swap for the few plain values (queue pointers) that
+/// are not JSON records. Returns whether it replaced.
+pub fn replace(env: &Env, key: &str, old: &[u8], new: &[u8]) -> Result<bool, ApiError> {
+    let store = env.store;
+    lock::with(store, key, env.now_ms, || {
+        if store.get(key)?.as_deref() != Some(old) {
+            return Ok(false);
+        }
+        store.set(key, new)?;
+        Ok(true)
+    })
+}
+
+/// Removes the record at `key` under its lock, so that no update that read
+/// it before can write it back.
+pub fn remove(env: &Env, key: &str) -> Result<(), ApiError> {
+    lock::with(env.store, key, env.now_ms, || Ok(env.store.delete(key)?))
+}
+
+/// Removes the record at `key` under its lock if its `expMs` field is not
+/// after `env.now_ms`. A record without a readable expiry is left alone.
+/// Returns whether it was removed.
+pub fn remove_expired(env: &Env, key: &str) -> Result<bool, ApiError> {
+    let store = env.store;
+    lock::with(store, key, env.now_ms, || {
+        let Some(bytes) = store.get(key)? else {
+            return Ok(false);
+        };
+        let exp = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v.get("expMs").and_then(|e| e.as_u64()));
+        if exp.is_none_or(|e| e > env.now_ms) {
+            return Ok(false);
+        }
+        store.delete(key)?;
+        Ok(true)
+    })
 }

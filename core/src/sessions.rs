@@ -4,7 +4,7 @@
 //! A session is the record `sess:{sid}`; an access token names it in `sid`
 //! and is accepted only while the record exists, so logout and revocation take
 //! effect at once. The refresh token carries the session's current `jti`;
-//! refresh swaps in a new one with compare-and-swap. Presenting a rotated-out
+//! refresh swaps in a new one with a locked update ([`records::update`]). Presenting a rotated-out
 //! refresh token deletes the session (reuse detection).
 
 use serde::{Deserialize, Serialize};
@@ -76,14 +76,10 @@ pub fn create(ctx: &mut Ctx, user_id: &str, mfa: bool) -> Result<Tokens, ApiErro
     let keys = ctx.keys()?;
     let record = prepare(ctx, user_id, mfa)?;
     let now = ctx.now_ms();
-    let linked = records::update(
-        ctx.env.store,
-        &format!("user:{user_id}"),
-        |u: &mut UserRecord| {
-            link(u, &record, now);
-            Ok(())
-        },
-    )?;
+    let linked = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
+        link(u, &record, now);
+        Ok(())
+    })?;
     if linked.is_none() {
         ctx.env.store.delete(&key(&record.id))?;
         return Err(ApiError::InvalidToken);
@@ -95,7 +91,7 @@ pub fn create(ctx: &mut Ctx, user_id: &str, mfa: bool) -> Result<Tokens, ApiErro
 /// schedules its removal) without linking it to the user or issuing
 /// tokens. Until a caller [`link`]s it in the user record and issues its
 /// tokens, nobody can use it: its id is random and no token names it. Lets a
-/// caller link the session in the same compare-and-swap that consumes a
+/// caller link the session in the same locked update that consumes a
 /// second factor, so that a code is never spent without a session.
 pub fn prepare(ctx: &mut Ctx, user_id: &str, mfa: bool) -> Result<SessionRecord, ApiError> {
     let now = ctx.now_ms();
@@ -118,7 +114,7 @@ pub fn prepare(ctx: &mut Ctx, user_id: &str, mfa: bool) -> Result<SessionRecord,
     Ok(record)
 }
 
-/// Links a [`prepare`]d session to its user (inside a compare-and-swap).
+/// Links a [`prepare`]d session to its user (inside a locked update).
 pub fn link(u: &mut UserRecord, record: &SessionRecord, now_ms: u64) {
     u.prune(now_ms);
     u.sessions.push(Ref {
@@ -201,7 +197,7 @@ pub fn authenticate(ctx: &mut Ctx, access: Access) -> Result<Auth, ApiError> {
         .ok_or(ApiError::InvalidToken)?;
     let now = ctx.now_ms();
     let session = if now.saturating_sub(session.last_used_ms) >= 60_000 {
-        records::update(ctx.env.store, &key(&sid), |s: &mut SessionRecord| {
+        records::update(ctx.env, &key(&sid), |s: &mut SessionRecord| {
             s.last_used_ms = now;
             Ok(s.clone())
         })?
@@ -225,17 +221,13 @@ pub fn authenticate_session(ctx: &mut Ctx) -> Result<(UserRecord, SessionRecord)
 
 /// Deletes session `sid` of `user_id` (record and the user's reference).
 pub fn end(ctx: &mut Ctx, user_id: &str, sid: &str) -> Result<(), ApiError> {
-    ctx.env.store.delete(&key(sid))?;
+    records::remove(ctx.env, &key(sid))?;
     let now = ctx.now_ms();
-    records::update(
-        ctx.env.store,
-        &format!("user:{user_id}"),
-        |u: &mut UserRecord| {
-            u.prune(now);
-            u.sessions.retain(|r| r.id != sid);
-            Ok(())
-        },
-    )?;
+    records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
+        u.prune(now);
+        u.sessions.retain(|r| r.id != sid);
+        Ok(())
+    })?;
     Ok(())
 }
 
@@ -282,7 +274,7 @@ pub fn refresh(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     // first is harmless if the rotation then does not happen.
     housekeeping::schedule_record(ctx.env, &key(&sid), exp_ms)?;
     records::update(
-        ctx.env.store,
+        ctx.env,
         &format!("user:{}", claims.sub),
         |u: &mut UserRecord| {
             for r in u.sessions.iter_mut().filter(|r| r.id == sid) {
@@ -291,7 +283,7 @@ pub fn refresh(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
             Ok(())
         },
     )?;
-    let rotated = records::update(ctx.env.store, &key(&sid), |s: &mut SessionRecord| {
+    let rotated = records::update(ctx.env, &key(&sid), |s: &mut SessionRecord| {
         if !crate::crypto::codes::ct_eq(s.jti.as_bytes(), presented.as_bytes()) {
             return Ok(None);
         }
@@ -355,17 +347,13 @@ pub fn logout(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
 /// Ends every session of `user_id`; returns how many there were.
 pub fn end_all(ctx: &mut Ctx, user_id: &str) -> Result<usize, ApiError> {
     let now = ctx.now_ms();
-    let sids = records::update(
-        ctx.env.store,
-        &format!("user:{user_id}"),
-        |u: &mut UserRecord| {
-            u.prune(now);
-            Ok(std::mem::take(&mut u.sessions))
-        },
-    )?
+    let sids = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
+        u.prune(now);
+        Ok(std::mem::take(&mut u.sessions))
+    })?
     .unwrap_or_default();
     for r in &sids {
-        ctx.env.store.delete(&key(&r.id))?;
+        records::remove(ctx.env, &key(&r.id))?;
     }
     Ok(sids.len())
 }
@@ -412,11 +400,9 @@ pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let keys: Vec<String> = auth.user.sessions.iter().map(|r| key(&r.id)).collect();
     let now = ctx.now_ms();
     let mut sessions = Vec::new();
-    for raw in ctx.env.store.get_many(&keys)?.into_iter().flatten() {
-        if let Ok(s) = serde_json::from_slice::<SessionRecord>(&raw) {
-            if s.exp_ms > now && s.user_id == auth.user.id {
-                sessions.push(s);
-            }
+    for s in records::load_each::<SessionRecord>(ctx.env.store, &keys)? {
+        if s.exp_ms > now && s.user_id == auth.user.id {
+            sessions.push(s);
         }
     }
     sessions.sort_by_key(|s| std::cmp::Reverse(s.created_ms));

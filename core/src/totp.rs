@@ -1,7 +1,7 @@
 //! TOTP enrolment and checking: setup (secret, QR code, backup codes held
 //! pending for 15 minutes), verify-setup, removal, and the login check with
 //! replay protection (a time step accepted once is never accepted again: the
-//! user record's last step only moves forward, by compare-and-swap).
+//! user record's last step only moves forward, by a locked update).
 
 use serde_json::json;
 
@@ -33,7 +33,7 @@ pub fn setup(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         exp_ms: now.checked_add(PENDING_MS).ok_or(ApiError::Internal)?,
     };
     records::update(
-        ctx.env.store,
+        ctx.env,
         &format!("user:{}", auth.user.id),
         |u: &mut UserRecord| {
             u.prune(now);
@@ -70,7 +70,7 @@ pub fn verify_setup(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let now_secs = ctx.now_secs();
     let method_id = ctx.uuid();
     let result = records::update(
-        ctx.env.store,
+        ctx.env,
         &format!("user:{}", auth.user.id),
         |u: &mut UserRecord| {
             u.prune(now);
@@ -130,7 +130,7 @@ pub fn delete(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     ctx.limit(ratelimit::OTHER_2FA, &auth.user.id)?;
     let now = ctx.now_ms();
     let still_enabled = records::update(
-        ctx.env.store,
+        ctx.env,
         &format!("user:{}", auth.user.id),
         |u: &mut UserRecord| {
             if u.method("totp").is_none() {
@@ -158,7 +158,7 @@ pub fn delete(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
 
 /// The time step of TOTP code `code` of `user` if it matches a step newer
 /// than the last one accepted; reads only. The step is recorded (and so
-/// spent) by the compare-and-swap that also links the new session; see
+/// spent) by the locked update that also links the new session; see
 /// [`crate::mfa`]. None when the user has no TOTP or the code does not match
 /// (or was used already).
 pub fn matching_step(ctx: &Ctx, user: &UserRecord, code: &str) -> Result<Option<u64>, ApiError> {

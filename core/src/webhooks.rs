@@ -308,7 +308,7 @@ pub fn create(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     };
     records::save(ctx.env.store, &hook_key(&hook.id), &hook)?;
     records::update(
-        ctx.env.store,
+        ctx.env,
         &format!("user:{}", auth.user.id),
         |u: &mut UserRecord| {
             if u.webhooks.len() >= MAX_HOOKS_PER_USER {
@@ -347,13 +347,8 @@ pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let auth = sessions::authenticate(ctx, Access::Scope("webhooks:read"))?;
     ctx.limit(ratelimit::OTHER_2FA, &auth.user.id)?;
     let keys: Vec<String> = auth.user.webhooks.iter().map(|id| hook_key(id)).collect();
-    let hooks: Vec<Value> = ctx
-        .env
-        .store
-        .get_many(&keys)?
+    let hooks: Vec<Value> = records::load_each::<WebhookRecord>(ctx.env.store, &keys)?
         .into_iter()
-        .flatten()
-        .filter_map(|raw| serde_json::from_slice::<WebhookRecord>(&raw).ok())
         .filter(|h| h.user_id == auth.user.id)
         .map(|h| view(&h))
         .collect();
@@ -374,16 +369,16 @@ pub fn delete(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
     ctx.limit(ratelimit::OTHER_2FA, &auth.user.id)?;
     let h = owned(ctx, &auth.user, id)?;
     records::update(
-        ctx.env.store,
+        ctx.env,
         &format!("user:{}", auth.user.id),
         |u: &mut UserRecord| {
             u.webhooks.retain(|x| x != id);
             Ok(())
         },
     )?;
-    ctx.env.store.delete(&hook_key(id))?;
+    records::remove(ctx.env, &hook_key(id))?;
     for d in &h.deliveries {
-        ctx.env.store.delete(&delivery_key(d))?;
+        records::remove(ctx.env, &delivery_key(d))?;
     }
     ctx.audit(
         Some(&auth.user.id),
@@ -403,14 +398,9 @@ pub fn deliveries(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
     ctx.limit(ratelimit::OTHER_2FA, &auth.user.id)?;
     let h = owned(ctx, &auth.user, id)?;
     let keys: Vec<String> = h.deliveries.iter().rev().map(|d| delivery_key(d)).collect();
-    let list: Vec<Value> = ctx
-        .env
-        .store
-        .get_many(&keys)?
-        .into_iter()
-        .flatten()
-        .filter_map(|raw| serde_json::from_slice::<DeliveryRecord>(&raw).ok())
-        .map(|d| delivery_view(&d))
+    let list: Vec<Value> = records::load_each::<DeliveryRecord>(ctx.env.store, &keys)?
+        .iter()
+        .map(delivery_view)
         .collect();
     Ok(Outcome::Done(web::ok(200, json!({ "deliveries": list }))))
 }
@@ -496,14 +486,14 @@ fn new_delivery(
         created_ms: env.now_ms,
     };
     records::save(env.store, &delivery_key(&d.id), &d)?;
-    let dropped = records::update(env.store, &hook_key(&hook.id), |h: &mut WebhookRecord| {
+    let dropped = records::update(env, &hook_key(&hook.id), |h: &mut WebhookRecord| {
         h.deliveries.push(d.id.clone());
         let excess = h.deliveries.len().saturating_sub(KEEP_DELIVERIES);
         Ok(h.deliveries.drain(..excess).collect::<Vec<_>>())
     })?
     .unwrap_or_default();
     for old in dropped {
-        env.store.delete(&delivery_key(&old))?;
+        records::remove(env, &delivery_key(&old))?;
     }
     Ok(call_for(hook, &d))
 }
@@ -522,12 +512,8 @@ pub fn fan_out(
         return Ok(vec![]);
     }
     let keys: Vec<String> = user.webhooks.iter().map(|id| hook_key(id)).collect();
-    let hooks: Vec<WebhookRecord> = env
-        .store
-        .get_many(&keys)?
+    let hooks: Vec<WebhookRecord> = records::load_each::<WebhookRecord>(env.store, &keys)?
         .into_iter()
-        .flatten()
-        .filter_map(|raw| serde_json::from_slice::<WebhookRecord>(&raw).ok())
         .filter(|h| h.active && h.user_id == user_id && h.events.iter().any(|e| e == event))
         .collect();
     hooks
@@ -566,23 +552,19 @@ pub fn record_result(
             error: Some(e.chars().filter(|c| !c.is_control()).take(200).collect()),
         },
     };
-    let Some(d) = records::update(
-        env.store,
-        &delivery_key(delivery_id),
-        |d: &mut DeliveryRecord| {
-            d.attempts.push(attempt.clone());
-            if ok {
-                d.status = "succeeded".into();
-                d.next_attempt_ms = None;
-            } else if let Some(delay) = BACKOFF_SECS.get(d.attempts.len() - 1) {
-                d.next_attempt_ms = Some(now.saturating_add(delay.saturating_mul(1000)));
-            } else {
-                d.status = "failed".into();
-                d.next_attempt_ms = None;
-            }
-            Ok(d.clone())
-        },
-    )?
+    let Some(d) = records::update(env, &delivery_key(delivery_id), |d: &mut DeliveryRecord| {
+        d.attempts.push(attempt.clone());
+        if ok {
+            d.status = "succeeded".into();
+            d.next_attempt_ms = None;
+        } else if let Some(delay) = BACKOFF_SECS.get(d.attempts.len() - 1) {
+            d.next_attempt_ms = Some(now.saturating_add(delay.saturating_mul(1000)));
+        } else {
+            d.status = "failed".into();
+            d.next_attempt_ms = None;
+        }
+        Ok(d.clone())
+    })?
     else {
         return Ok(vec![]);
     };
@@ -596,22 +578,18 @@ pub fn record_result(
             d.attempts.len()
         ));
     }
-    let disabled = records::update(
-        env.store,
-        &hook_key(&d.webhook_id),
-        |h: &mut WebhookRecord| {
-            if ok {
-                h.consecutive_failures = 0;
-            } else {
-                h.consecutive_failures = h.consecutive_failures.saturating_add(1);
-                if h.consecutive_failures >= DISABLE_AFTER && h.active {
-                    h.active = false;
-                    return Ok(true);
-                }
+    let disabled = records::update(env, &hook_key(&d.webhook_id), |h: &mut WebhookRecord| {
+        if ok {
+            h.consecutive_failures = 0;
+        } else {
+            h.consecutive_failures = h.consecutive_failures.saturating_add(1);
+            if h.consecutive_failures >= DISABLE_AFTER && h.active {
+                h.active = false;
+                return Ok(true);
             }
-            Ok(false)
-        },
-    )?;
+        }
+        Ok(false)
+    })?;
     if disabled == Some(true) {
         log.push(format!(
             "webhook {} disabled after {DISABLE_AFTER} consecutive failures",

@@ -7,6 +7,7 @@ use std::sync::{Arc, Barrier};
 
 use common::*;
 use serde_json::json;
+use tfa_core::lock::LEASE_MS;
 use tfa_core::testing::{test_config, Harness, InterleavingStore, MemoryStore, SeededRng, T0_MS};
 use tfa_core::{Env, Request, Response, Service, Step};
 
@@ -17,11 +18,22 @@ fn concurrently(
     now_ms: u64,
     reqs: Vec<Request>,
 ) -> Vec<Response> {
+    let timed = reqs.into_iter().map(|r| (now_ms, r)).collect();
+    concurrently_at(service, store, timed)
+}
+
+/// [`concurrently`], each request with its own clock reading (instances
+/// whose clocks differ).
+fn concurrently_at(
+    service: &Arc<Service>,
+    store: &Arc<InterleavingStore<MemoryStore>>,
+    reqs: Vec<(u64, Request)>,
+) -> Vec<Response> {
     let barrier = Arc::new(Barrier::new(reqs.len()));
     let handles: Vec<_> = reqs
         .into_iter()
         .enumerate()
-        .map(|(i, req)| {
+        .map(|(i, (now_ms, req))| {
             let (service, store, barrier) = (service.clone(), store.clone(), barrier.clone());
             std::thread::spawn(move || {
                 let mut rng = SeededRng::new(1000 + i as u64);
@@ -269,4 +281,104 @@ fn concurrent_refreshes_with_one_token_never_leave_two_live_tokens() {
         })
         .count();
     assert!(live <= 1);
+}
+
+#[test]
+fn one_backup_code_used_from_clocks_on_both_sides_of_a_lease_boundary_succeeds_once() {
+    // Record updates are serialised by a lock keyed by the lease period of
+    // the caller's clock; callers in neighbouring periods must still
+    // exclude each other.
+    let (mut h, store, service) = shared_harness();
+    let resp = h.call(post(
+        "/auth/register",
+        json!({ "email": "erin@example.com", "username": "erin", "password": PASSWORD }),
+    ));
+    let access = data(&resp)["accessToken"].as_str().unwrap().to_string();
+    let setup = data(&h.call(bearer(post("/2fa/totp/setup", json!({})), &access)));
+    let secret = setup["secret"].as_str().unwrap().to_string();
+    let code = setup["backupCodes"][3].as_str().unwrap().to_string();
+    h.call(bearer(
+        post(
+            "/2fa/totp/verify-setup",
+            json!({ "code": totp_code(&secret, h.now_ms / 1000) }),
+        ),
+        &access,
+    ));
+    let temps: Vec<String> = (0..16)
+        .map(|i| {
+            let resp = h.call(
+                post(
+                    "/auth/login",
+                    json!({ "emailOrUsername": "erin", "password": PASSWORD }),
+                )
+                .peer(&format!("10.11.0.{i}")),
+            );
+            data(&resp)["tempToken"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let boundary = (h.now_ms / LEASE_MS + 1) * LEASE_MS;
+    let reqs = temps
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let now = if i % 2 == 0 { boundary - 1 } else { boundary };
+            let req = post(
+                "/2fa/verify-backup-code",
+                json!({ "tempToken": t, "backupCode": code }),
+            )
+            .peer(&format!("10.12.0.{i}"));
+            (now, req)
+        })
+        .collect();
+    let responses = concurrently_at(&service, &store, reqs);
+    assert_eq!(responses.iter().filter(|r| r.status == 200).count(), 1);
+    for r in responses.iter().filter(|r| r.status != 200) {
+        assert_error(r, 400, "This backup code has already been used");
+    }
+    // No lock is left behind.
+    let locks: Vec<String> = store
+        .inner()
+        .keys()
+        .into_iter()
+        .filter(|k| k.starts_with("lk:"))
+        .collect();
+    assert!(locks.is_empty(), "{locks:?}");
+}
+
+#[test]
+fn a_session_ended_while_it_is_refreshed_stays_ended() {
+    // Logout removes the session record under the record's lock, so a
+    // refresh that read it just before cannot write it back.
+    for round in 0..10 {
+        let (mut h, store, service) = shared_harness();
+        let resp = h.call(post(
+            "/auth/register",
+            json!({ "email": format!("fay{round}@example.com"), "username": format!("fay{round}"), "password": PASSWORD }),
+        ));
+        let refresh = data(&resp)["refreshToken"].as_str().unwrap().to_string();
+        let access = data(&resp)["accessToken"].as_str().unwrap().to_string();
+        let reqs = vec![
+            post("/auth/refresh", json!({ "refreshToken": refresh })).peer("10.13.0.1"),
+            bearer(post("/auth/logout", json!({})), &access).peer("10.13.0.2"),
+        ];
+        let responses = concurrently(&service, &store, h.now_ms, reqs);
+        assert_eq!(responses[1].status, 200, "logout answers 200");
+        let sessions: Vec<String> = store
+            .inner()
+            .keys()
+            .into_iter()
+            .filter(|k| k.starts_with("sess:"))
+            .collect();
+        assert!(sessions.is_empty(), "round {round}: {sessions:?}");
+        // Whatever the refresh answered, its token does not work now.
+        if responses[0].status == 200 {
+            let rotated = responses[0].json()["data"]["refreshToken"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let again =
+                h.call(post("/auth/refresh", json!({ "refreshToken": rotated })).peer("10.13.0.3"));
+            assert_eq!(again.status, 401, "round {round}");
+        }
+    }
 }

@@ -1,13 +1,12 @@
 //! The Spin glue: the HTTP entry point and the ports over Spin's APIs.
 
 use std::cell::OnceCell;
-use std::collections::HashMap;
 
 use futures::{SinkExt, StreamExt};
 use spin_sdk::http::{Fields, IncomingRequest, OutgoingResponse, ResponseOutparam};
 use spin_sdk::http_component;
 use spin_sdk::key_value;
-use spin_sdk::wit::wasi::keyvalue::{atomics, batch, store as wasi_store};
+use spin_sdk::wit::wasi::keyvalue::{atomics, store as wasi_store};
 use tfa_core::outbox::HttpCall;
 use tfa_core::{
     Config, Delivery, DeliveryError, Env, Request, Response, Rng, Service, Step, Store, StoreError,
@@ -270,7 +269,9 @@ impl Rng for WasiRng {
 }
 
 /// [`Store`] over Spin's key-value store `default` (get/set/delete) and
-/// `wasi:keyvalue` (atomics, batch) opened on the same label. Both handles
+/// `wasi:keyvalue/atomics` `increment` opened on the same label: the
+/// operations every Spin backend implements correctly (no compare-and-swap,
+/// no batch; see `tfa_core::ports`). Both handles
 /// are opened on first use; an open failure is a [`StoreError`] on every call.
 #[derive(Default)]
 struct SpinStore {
@@ -319,35 +320,14 @@ impl Store for SpinStore {
         self.kv()?.delete(key).map_err(kv_err)
     }
 
-    fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let found = batch::get_many(self.bucket()?, keys).map_err(wasi_err)?;
-        // Hosts differ on whether missing keys are listed; look each one up.
-        let mut by_key: HashMap<String, Option<Vec<u8>>> = found.into_iter().collect();
-        Ok(keys
-            .iter()
-            .map(|k| by_key.get_mut(k).and_then(|v| v.clone()))
-            .collect())
-    }
-
     fn increment(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
         atomics::increment(self.bucket()?, key, delta).map_err(wasi_err)
     }
 
-    fn compare_and_swap(&self, key: &str, old: &[u8], new: &[u8]) -> Result<bool, StoreError> {
-        let cas = atomics::Cas::new(self.bucket()?, key).map_err(wasi_err)?;
-        match cas.current().map_err(wasi_err)? {
-            Some(current) if current == old => {}
-            // Missing or different: no swap. (Spin's own SQLite store would
-            // write a missing key unconditionally; core never relies on that.)
-            _ => return Ok(false),
-        }
-        match atomics::swap(cas, new) {
-            Ok(()) => Ok(true),
-            Err(atomics::CasError::CasFailed(_)) => Ok(false),
-            Err(atomics::CasError::StoreError(e)) => Err(wasi_err(e)),
-        }
+    /// Waits a little before the next attempt at a lock another request
+    /// holds: 1 ms, growing to 10 ms (`wasi:clocks` through std's sleep).
+    fn pause(&self, attempt: u32) {
+        let ms = u64::from(attempt.min(10));
+        std::thread::sleep(std::time::Duration::from_millis(ms));
     }
 }
