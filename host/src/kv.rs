@@ -10,16 +10,47 @@
 //! * [`RedisKv`] (`KV_URL=redis://…`): several hosts can share one store.
 //!   Keys are used as they are, like Spin's own Redis store.
 //!
-//! Semantics shared by both:
+//! # `KV_EMULATE`: as capable as Spin 4.0.2, no more
+//!
+//! The local host must not be more capable than the platform we ship for:
+//! code that works here only because this host is kinder than Spin would
+//! fail in production. So by default ([`KvEmulation::Spin402`],
+//! `KV_EMULATE=spin-4.0.2`) both backends copy Spin 4.0.2's stores
+//! (`crates/key-value-spin` and `crates/key-value-redis`, and the dispatch in
+//! `crates/factor-key-value`), quirks included:
+//!
+//! * SQLite (Spin's default store): a counter is an 8-byte little-endian
+//!   `i64` blob, so `get` on it returns those 8 bytes; `increment` on a value
+//!   that is not 8 bytes long is an error (Spin panics); overflow wraps.
+//!   `swap` on a handle whose `current` saw no value (or was never called)
+//!   writes unconditionally; otherwise it is `UPDATE … WHERE value = old`.
+//!   `get-many` answers only the keys that exist, each once, sorted.
+//!   Counters an older host stored as SQLite `INTEGER`s are converted to the
+//!   8-byte form when the store opens (and `increment` still reads both), so
+//!   existing data directories keep working; they are not converted back
+//!   for `KV_EMULATE=none`.
+//! * Redis: `swap` always ends in `cas-failed` (Spin's `UNWATCH <key>` is
+//!   refused by Redis), although its write has happened unless the key
+//!   changed since `current` (Spin's `WATCH`; approximated here by comparing
+//!   values). `get-many` sends `KEYS k1 k2 …`, which Redis refuses for two
+//!   keys or more and treats as one pattern for one key (an odd number of
+//!   matches makes Spin panic: here an error). `set-many` is one `MSET`,
+//!   `delete-many` one `DEL`. Counters are `INCRBY` strings of digits.
+//! * Both: a `cas` handle reads the store in `current`, not when it is made;
+//!   `list-keys` with a cursor is an error; a label other than `default` is
+//!   `access-denied`; empty batches never reach the store.
+//!
+//! `KV_EMULATE=none` ([`KvEmulation::None`]) keeps this host's own, more
+//! capable semantics, for comparison:
 //! * `increment` is one atomic server-side operation. A missing key counts as
 //!   0. The counter is kept as an integer (SQLite `INTEGER`, Redis string of
 //!   digits); `get` on a counter returns its decimal digits. Incrementing a
 //!   key that holds something else is an error.
 //! * `compare_and_swap(key, expected, new)` writes only if the key exists and
 //!   currently holds exactly `expected`, in one atomic operation. **On a
-//!   missing key it fails** (returns `false`). Real Spin's SQLite store would
-//!   write a missing key unconditionally; core never relies on either
-//!   behaviour (it claims names with `increment`).
+//!   missing key it fails** (returns `false`). A `cas` handle reads its value
+//!   when it is made.
+//! * `get-many` answers every asked key in order (`None` when missing).
 //!
 //! Every failure is a [`KvError`]; the host hands it to the component as a
 //! key-value error (the service answers 503), never a trap.
@@ -31,7 +62,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rusqlite::types::ValueRef;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 
 /// A backend failure (detail for logs and for the component's error value).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +90,48 @@ impl From<redis::RedisError> for KvError {
 
 /// Result of a backend call.
 pub type KvResult<T> = Result<T, KvError>;
+
+/// Whose key-value semantics the backends follow (`KV_EMULATE`). See the
+/// module documentation: the local host must not be more capable than the
+/// platform we ship for, so the default copies Spin 4.0.2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvEmulation {
+    /// `spin-4.0.2` (default): exactly what Spin 4.0.2's SQLite and Redis
+    /// stores do, their limits included.
+    #[default]
+    Spin402,
+    /// `none`: this host's own, more capable semantics (for comparison).
+    None,
+}
+
+impl KvEmulation {
+    /// The setting's value for this mode.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvEmulation::Spin402 => "spin-4.0.2",
+            KvEmulation::None => "none",
+        }
+    }
+
+    /// Reads `KV_EMULATE` (unset or blank: the default).
+    pub fn parse(value: Option<&str>) -> Result<KvEmulation, String> {
+        match value.map(str::trim).unwrap_or("") {
+            "" => Ok(KvEmulation::default()),
+            "spin-4.0.2" => Ok(KvEmulation::Spin402),
+            "none" => Ok(KvEmulation::None),
+            other => Err(format!(
+                "KV_EMULATE must be `spin-4.0.2` (the default: behave like Spin 4.0.2's \
+                 key-value stores) or `none` (this host's own semantics), not `{other}`"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for KvEmulation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// A blocking key-value store shared by all requests. Call it from blocking
 /// threads (the host uses `spawn_blocking`).
@@ -93,6 +166,23 @@ pub trait KvBackend: Send + Sync {
     /// Atomically replaces `expected` by `new` at an existing `key`; `false`
     /// when the key is missing or holds something else.
     fn compare_and_swap(&self, key: &str, expected: &[u8], new: &[u8]) -> KvResult<bool>;
+    /// Whose semantics this backend follows.
+    fn emulation(&self) -> KvEmulation;
+    /// `wasi:keyvalue/batch` `get-many` as the component sees it. This
+    /// host's own answer: every asked key, in order.
+    fn get_many_pairs(&self, keys: &[String]) -> KvResult<Vec<(String, Option<Vec<u8>>)>> {
+        Ok(keys.iter().cloned().zip(self.get_many(keys)?).collect())
+    }
+    /// `wasi:keyvalue/atomics` `swap` of a `cas` handle on `key`: `seen` is
+    /// what its `current` read (`None`: it never read; `Some(None)`: the key
+    /// was missing). `false` is `cas-failed`. This host's own rule: swap
+    /// only a value that is still the one seen; a missing key never swaps.
+    fn swap(&self, key: &str, seen: Option<Option<&[u8]>>, new: &[u8]) -> KvResult<bool> {
+        match seen {
+            Some(Some(expected)) => self.compare_and_swap(key, expected, new),
+            _ => Ok(false),
+        }
+    }
     /// A short name for logs.
     fn describe(&self) -> String;
 }
@@ -108,25 +198,33 @@ pub struct SqliteKv {
     /// holds across processes); it keeps in-process writers from starving
     /// in SQLite's busy-wait, which is not fair under heavy contention.
     writer: Mutex<()>,
+    emulation: KvEmulation,
 }
 
 /// Connections kept open for reuse.
 const SQLITE_POOL: usize = 8;
 
+/// Upsert of one value (shared by `set`, `set_many` and the counters).
+const SQLITE_UPSERT: &str = "INSERT INTO kv(key, value) VALUES (?1, ?2)
+     ON CONFLICT(key) DO UPDATE SET value = excluded.value";
+
 impl SqliteKv {
     /// Opens (creating if needed) `dir/kv.sqlite3`.
-    pub fn open_dir(dir: &Path) -> KvResult<SqliteKv> {
+    pub fn open_dir(dir: &Path, emulation: KvEmulation) -> KvResult<SqliteKv> {
         std::fs::create_dir_all(dir)
             .map_err(|e| KvError(format!("cannot create {}: {e}", dir.display())))?;
-        Self::open(&dir.join("kv.sqlite3"))
+        Self::open(&dir.join("kv.sqlite3"), emulation)
     }
 
-    /// Opens (creating if needed) the database file `path`.
-    pub fn open(path: &Path) -> KvResult<SqliteKv> {
+    /// Opens (creating if needed) the database file `path`. With
+    /// [`KvEmulation::Spin402`], counters stored as `INTEGER`s (by
+    /// `KV_EMULATE=none` or an older host) become Spin's 8-byte blobs.
+    pub fn open(path: &Path, emulation: KvEmulation) -> KvResult<SqliteKv> {
         let kv = SqliteKv {
             path: path.to_path_buf(),
             pool: Mutex::new(Vec::new()),
             writer: Mutex::new(()),
+            emulation,
         };
         let conn = kv.connect()?;
         conn.execute_batch(
@@ -135,6 +233,15 @@ impl SqliteKv {
                  value BLOB NOT NULL
              ) WITHOUT ROWID;",
         )?;
+        if emulation == KvEmulation::Spin402 {
+            let n = le_counters(&conn)?;
+            if n > 0 {
+                eprintln!(
+                    "tfa-host: {}: converted {n} counters to Spin's 8-byte form",
+                    path.display()
+                );
+            }
+        }
         kv.put_back(conn);
         Ok(kv)
     }
@@ -187,11 +294,32 @@ impl SqliteKv {
     }
 }
 
-/// A stored value as bytes: blobs as they are, counters as decimal digits.
-fn value_bytes(v: ValueRef<'_>) -> KvResult<Vec<u8>> {
+/// Rewrites every `INTEGER` counter as an 8-byte little-endian blob, in one
+/// write transaction; returns how many there were.
+fn le_counters(conn: &Connection) -> KvResult<usize> {
+    let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+    let counters: Vec<(String, i64)> = tx
+        .prepare("SELECT key, value FROM kv WHERE typeof(value) = 'integer'")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    {
+        let mut st = tx.prepare_cached(SQLITE_UPSERT)?;
+        for (k, n) in &counters {
+            st.execute(params![k, &n.to_le_bytes()[..]])?;
+        }
+    }
+    tx.commit()?;
+    Ok(counters.len())
+}
+
+/// A stored value as bytes: blobs as they are, `INTEGER` counters as
+/// decimal digits (this host's own form) or, emulating Spin 4.0.2, as the
+/// 8 little-endian bytes Spin stores.
+fn value_bytes(v: ValueRef<'_>, emulation: KvEmulation) -> KvResult<Vec<u8>> {
     match v {
         ValueRef::Blob(b) => Ok(b.to_vec()),
         ValueRef::Text(t) => Ok(t.to_vec()),
+        ValueRef::Integer(i) if emulation == KvEmulation::Spin402 => Ok(i.to_le_bytes().to_vec()),
         ValueRef::Integer(i) => Ok(i.to_string().into_bytes()),
         ValueRef::Real(r) => Ok(r.to_string().into_bytes()),
         ValueRef::Null => Err(KvError("sqlite: NULL value".into())),
@@ -204,7 +332,7 @@ impl KvBackend for SqliteKv {
             let mut st = c.prepare_cached("SELECT value FROM kv WHERE key = ?1")?;
             let mut rows = st.query(params![key])?;
             match rows.next()? {
-                Some(row) => Ok(Some(value_bytes(row.get_ref(0)?)?)),
+                Some(row) => Ok(Some(value_bytes(row.get_ref(0)?, self.emulation)?)),
                 None => Ok(None),
             }
         })
@@ -212,11 +340,8 @@ impl KvBackend for SqliteKv {
 
     fn set(&self, key: &str, value: &[u8]) -> KvResult<()> {
         self.write(|c| {
-            c.prepare_cached(
-                "INSERT INTO kv(key, value) VALUES (?1, ?2)
-                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            )?
-            .execute(params![key, value])?;
+            c.prepare_cached(SQLITE_UPSERT)?
+                .execute(params![key, value])?;
             Ok(())
         })
     }
@@ -256,7 +381,7 @@ impl KvBackend for SqliteKv {
                 for k in keys {
                     let mut rows = st.query(params![k])?;
                     out.push(match rows.next()? {
-                        Some(row) => Some(value_bytes(row.get_ref(0)?)?),
+                        Some(row) => Some(value_bytes(row.get_ref(0)?, self.emulation)?),
                         None => None,
                     });
                 }
@@ -270,10 +395,7 @@ impl KvBackend for SqliteKv {
         self.write(|c| {
             let tx = c.unchecked_transaction()?;
             {
-                let mut st = tx.prepare_cached(
-                    "INSERT INTO kv(key, value) VALUES (?1, ?2)
-                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                )?;
+                let mut st = tx.prepare_cached(SQLITE_UPSERT)?;
                 for (k, v) in pairs {
                     st.execute(params![k, v])?;
                 }
@@ -298,6 +420,9 @@ impl KvBackend for SqliteKv {
     }
 
     fn increment(&self, key: &str, delta: i64) -> KvResult<i64> {
+        if self.emulation == KvEmulation::Spin402 {
+            return self.increment_le(key, delta);
+        }
         // One statement: SQLite runs it atomically under its write lock, so
         // concurrent increments (threads or processes) never lose an update.
         self.write(|c| {
@@ -324,8 +449,78 @@ impl KvBackend for SqliteKv {
         })
     }
 
+    fn emulation(&self) -> KvEmulation {
+        self.emulation
+    }
+
+    fn get_many_pairs(&self, keys: &[String]) -> KvResult<Vec<(String, Option<Vec<u8>>)>> {
+        if self.emulation == KvEmulation::None {
+            return Ok(keys.iter().cloned().zip(self.get_many(keys)?).collect());
+        }
+        // Spin: `SELECT key, value … WHERE key IN rarray(:keys)`, which
+        // yields the keys that exist, each once, in key order.
+        let asked: Vec<String> = keys
+            .iter()
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let values = self.get_many(&asked)?;
+        Ok(asked
+            .into_iter()
+            .zip(values)
+            .filter(|(_, v)| v.is_some())
+            .collect())
+    }
+
+    fn swap(&self, key: &str, seen: Option<Option<&[u8]>>, new: &[u8]) -> KvResult<bool> {
+        match (self.emulation, seen) {
+            (_, Some(Some(expected))) => self.compare_and_swap(key, expected, new),
+            // Spin's `None` branch: nothing seen, so an unconditional write.
+            (KvEmulation::Spin402, _) => self.set(key, new).map(|()| true),
+            (KvEmulation::None, _) => Ok(false),
+        }
+    }
+
     fn describe(&self) -> String {
         format!("sqlite {}", self.path.display())
+    }
+}
+
+impl SqliteKv {
+    /// Spin 4.0.2's counter: read the 8-byte little-endian blob (0 when
+    /// missing), add with wrap-around (Spin's release build), write it back.
+    /// An `INTEGER` (this host's own form) is read too and rewritten.
+    fn increment_le(&self, key: &str, delta: i64) -> KvResult<i64> {
+        self.write(|c| {
+            // IMMEDIATE takes the write lock first, so the read and the
+            // write are one atomic step, across processes too.
+            let tx = Transaction::new_unchecked(c, TransactionBehavior::Immediate)?;
+            let old: Option<Option<i64>> = tx
+                .prepare_cached("SELECT value FROM kv WHERE key = ?1")?
+                .query_row(params![key], |r| {
+                    Ok(match r.get_ref(0)? {
+                        ValueRef::Blob(b) => <[u8; 8]>::try_from(b).ok().map(i64::from_le_bytes),
+                        ValueRef::Integer(i) => Some(i),
+                        _ => None,
+                    })
+                })
+                .optional()?;
+            let new = match old {
+                None => delta,
+                Some(Some(n)) => n.wrapping_add(delta),
+                Some(None) => {
+                    return Err(KvError(format!(
+                        "sqlite: value at {key:?} is not an 8-byte counter \
+                         (Spin 4.0.2 would panic here)"
+                    )))
+                }
+            };
+            tx.prepare_cached(SQLITE_UPSERT)?
+                .execute(params![key, &new.to_le_bytes()[..]])?;
+            tx.commit()?;
+            Ok(new)
+        })
     }
 }
 
@@ -337,6 +532,7 @@ pub struct RedisKv {
     url_for_logs: String,
     pool: Mutex<Vec<redis::Connection>>,
     cas: redis::Script,
+    emulation: KvEmulation,
 }
 
 /// Connections kept open for reuse.
@@ -344,7 +540,7 @@ const REDIS_POOL: usize = 16;
 
 impl RedisKv {
     /// Connects to `url` (`redis://…`), checking the server answers.
-    pub fn open(url: &str) -> KvResult<RedisKv> {
+    pub fn open(url: &str, emulation: KvEmulation) -> KvResult<RedisKv> {
         let client = redis::Client::open(url)?;
         let kv = RedisKv {
             client,
@@ -360,6 +556,7 @@ impl RedisKv {
                  end
                  return 0",
             ),
+            emulation,
         };
         kv.with(|c| redis::cmd("PING").query::<String>(c).map(|_| ()))?;
         Ok(kv)
@@ -451,6 +648,92 @@ impl KvBackend for RedisKv {
         Ok(n == 1)
     }
 
+    fn set_many(&self, pairs: &[(String, Vec<u8>)]) -> KvResult<()> {
+        if self.emulation == KvEmulation::None {
+            return pairs.iter().try_for_each(|(k, v)| self.set(k, v));
+        }
+        // Spin: one `MSET k1 v1 k2 v2 …` (atomic); an empty batch never
+        // reaches the store.
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        self.with(|c| redis::cmd("MSET").arg(pairs).query(c))
+    }
+
+    fn delete_many(&self, keys: &[String]) -> KvResult<()> {
+        if self.emulation == KvEmulation::None {
+            return keys.iter().try_for_each(|k| self.delete(k));
+        }
+        // Spin: one `DEL k1 k2 …`.
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.with(|c| redis::cmd("DEL").arg(keys).query::<i64>(c).map(|_| ()))
+    }
+
+    fn emulation(&self) -> KvEmulation {
+        self.emulation
+    }
+
+    fn get_many_pairs(&self, keys: &[String]) -> KvResult<Vec<(String, Option<Vec<u8>>)>> {
+        if self.emulation == KvEmulation::None {
+            return Ok(keys.iter().cloned().zip(self.get_many(keys)?).collect());
+        }
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Spin sends `KEYS k1 k2 …` and reads the reply as (key, value)
+        // pairs. Redis refuses KEYS with two arguments or more; with one,
+        // the key is a pattern and the matching names are paired up two by
+        // two, and an odd number of them hits an `unreachable!` in the
+        // `redis` crate (Spin's request panics: here an error).
+        let names: Vec<Vec<u8>> = self.with(|c| redis::cmd("KEYS").arg(keys).query(c))?;
+        if names.len() % 2 == 1 {
+            return Err(KvError(format!(
+                "redis: KEYS {:?} matched {} keys, an odd number (Spin 4.0.2 would panic here)",
+                keys[0],
+                names.len()
+            )));
+        }
+        names
+            .chunks(2)
+            .map(|pair| {
+                let key = String::from_utf8(pair[0].clone())
+                    .map_err(|_| KvError("redis: KEYS answered a name that is not UTF-8".into()))?;
+                Ok((key, Some(pair[1].clone())))
+            })
+            .collect()
+    }
+
+    fn swap(&self, key: &str, seen: Option<Option<&[u8]>>, new: &[u8]) -> KvResult<bool> {
+        if self.emulation == KvEmulation::None {
+            return match seen {
+                Some(Some(expected)) => self.compare_and_swap(key, expected, new),
+                _ => Ok(false),
+            };
+        }
+        // Spin: `MULTI; SET key new; EXEC` on the handle's connection, which
+        // `current` made `WATCH` the key, then `UNWATCH key`, which Redis
+        // refuses (UNWATCH takes no argument), so the answer is always
+        // `cas-failed`. The write itself has happened unless the key changed
+        // after `current` (WATCH; here: unless it holds another value now).
+        // Its outcome is not reported, as in Spin, where the refused
+        // UNWATCH is what decides the answer.
+        let _written = match seen {
+            None => self.set(key, new).map(|()| true),
+            Some(None) => self.with(|c| {
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(new)
+                    .arg("NX")
+                    .query::<Option<String>>(c)
+                    .map(|ok| ok.is_some())
+            }),
+            Some(Some(expected)) => self.compare_and_swap(key, expected, new),
+        };
+        Ok(false)
+    }
+
     fn describe(&self) -> String {
         format!("redis {}", self.url_for_logs)
     }
@@ -532,6 +815,17 @@ impl KvBackend for FailingKv {
         self.check()?;
         self.inner.compare_and_swap(key, expected, new)
     }
+    fn emulation(&self) -> KvEmulation {
+        self.inner.emulation()
+    }
+    fn get_many_pairs(&self, keys: &[String]) -> KvResult<Vec<(String, Option<Vec<u8>>)>> {
+        self.check()?;
+        self.inner.get_many_pairs(keys)
+    }
+    fn swap(&self, key: &str, seen: Option<Option<&[u8]>>, new: &[u8]) -> KvResult<bool> {
+        self.check()?;
+        self.inner.swap(key, seen, new)
+    }
     fn describe(&self) -> String {
         format!(
             "{} (failing from operation {})",
@@ -542,23 +836,51 @@ impl KvBackend for FailingKv {
 }
 
 /// Opens the backend the settings ask for: Redis when `kv_url` is a
-/// `redis://`/`rediss://` URL, else SQLite in `data_dir`.
+/// `redis://`/`rediss://` URL, else SQLite in `data_dir`; with the default
+/// semantics (Spin 4.0.2's, see [`KvEmulation`]).
 pub fn open_backend(kv_url: Option<&str>, data_dir: &Path) -> KvResult<Arc<dyn KvBackend>> {
+    open_backend_with(kv_url, data_dir, KvEmulation::default())
+}
+
+/// [`open_backend`] with the semantics `emulation` names (`KV_EMULATE`).
+pub fn open_backend_with(
+    kv_url: Option<&str>,
+    data_dir: &Path,
+    emulation: KvEmulation,
+) -> KvResult<Arc<dyn KvBackend>> {
     match kv_url.map(str::trim).filter(|u| !u.is_empty()) {
         Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
-            Ok(Arc::new(RedisKv::open(url)?))
+            Ok(Arc::new(RedisKv::open(url, emulation)?))
         }
         Some(url) => Err(KvError(format!(
             "KV_URL must be a redis:// URL (got {})",
             redact(url)
         ))),
-        None => Ok(Arc::new(SqliteKv::open_dir(data_dir)?)),
+        None => Ok(Arc::new(SqliteKv::open_dir(data_dir, emulation)?)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kv_emulate_parses() {
+        assert_eq!(KvEmulation::parse(None), Ok(KvEmulation::Spin402));
+        assert_eq!(KvEmulation::parse(Some(" ")), Ok(KvEmulation::Spin402));
+        assert_eq!(
+            KvEmulation::parse(Some("spin-4.0.2")),
+            Ok(KvEmulation::Spin402)
+        );
+        assert_eq!(KvEmulation::parse(Some("none")), Ok(KvEmulation::None));
+        for bad in ["spin", "Spin-4.0.2", "off", "4.0.2"] {
+            let e = KvEmulation::parse(Some(bad)).unwrap_err();
+            assert!(e.contains("KV_EMULATE") && e.contains(bad), "{e}");
+        }
+        for m in [KvEmulation::Spin402, KvEmulation::None] {
+            assert_eq!(KvEmulation::parse(Some(m.name())), Ok(m));
+        }
+    }
 
     #[test]
     fn redacts_passwords() {

@@ -16,8 +16,10 @@
 //!
 //! Settings of the host itself: `PORT` (default 3001; 0 picks a free port),
 //! `DATA_DIR` (default `./.data`), `CACHE_DIR` (compiled component, default
-//! `DATA_DIR/cache`), `KV_URL`, `COMPONENT_PATH` (default
-//! `target/wasm32-wasip2/release/spin_app.wasm`), `SPIN_MANIFEST` (default
+//! `DATA_DIR/cache`), `KV_URL`, `KV_EMULATE` (`spin-4.0.2`, the default:
+//! the stores behave exactly like Spin 4.0.2's, limits included; `none`:
+//! this host's own, more capable semantics; see [`kv`]), `COMPONENT_PATH`
+//! (default `target/wasm32-wasip2/release/spin_app.wasm`), `SPIN_MANIFEST` (default
 //! `./spin.toml` when present) and `ALLOWED_OUTBOUND_HOSTS`. Test hook:
 //! `TFA_FAIL_STORE_AFTER=N` makes every store operation from the N-th on fail
 //! (`TFA_FAIL_STORE_COUNT=K` limits that to K operations);
@@ -58,6 +60,8 @@ pub struct HostSettings {
     pub cache_dir: PathBuf,
     /// `redis://…` to use Redis instead of SQLite.
     pub kv_url: Option<String>,
+    /// Whose key-value semantics the stores follow (`KV_EMULATE`).
+    pub kv_emulate: kv::KvEmulation,
     /// The component.
     pub component_path: PathBuf,
     /// The Spin manifest to read `allowed_outbound_hosts` from.
@@ -103,6 +107,8 @@ impl HostSettings {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| data_dir.join("cache")),
             kv_url: get("KV_URL"),
+            kv_emulate: kv::KvEmulation::parse(get("KV_EMULATE").as_deref())
+                .map_err(anyhow::Error::msg)?,
             component_path: PathBuf::from(
                 get("COMPONENT_PATH")
                     .unwrap_or_else(|| "target/wasm32-wasip2/release/spin_app.wasm".into()),
@@ -184,8 +190,12 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     );
 
     // Store.
-    let mut backend = kv::open_backend(settings.kv_url.as_deref(), &settings.data_dir)
-        .map_err(|e| anyhow::anyhow!("cannot open the key-value store: {e}"))?;
+    let mut backend = kv::open_backend_with(
+        settings.kv_url.as_deref(),
+        &settings.data_dir,
+        settings.kv_emulate,
+    )
+    .map_err(|e| anyhow::anyhow!("cannot open the key-value store: {e}"))?;
     if let Some(after) = settings.fail_store_after {
         backend = Arc::new(kv::FailingKv::new(
             backend,
@@ -193,7 +203,11 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
             settings.fail_store_count,
         ));
     }
-    eprintln!("tfa-host: key-value store: {}", backend.describe());
+    eprintln!(
+        "tfa-host: key-value store: {} (KV_EMULATE={})",
+        backend.describe(),
+        settings.kv_emulate
+    );
 
     // Component.
     let engine = runtime::engine()?;

@@ -19,7 +19,7 @@ use wasmtime_wasi_http::{
     WasiHttpView,
 };
 
-use crate::kv::{KvBackend, KvError, KvResult};
+use crate::kv::{KvBackend, KvEmulation, KvError, KvResult};
 use crate::outbound::AllowList;
 
 mod bindings {
@@ -82,6 +82,11 @@ impl wasmtime_wasi::HostWallClock for OffsetClock {
 }
 
 impl Shared {
+    /// Whether the key-value interfaces copy Spin 4.0.2 (`KV_EMULATE`).
+    fn spin(&self) -> bool {
+        self.kv.emulation() == KvEmulation::Spin402
+    }
+
     /// Runs a blocking backend call off the async threads.
     async fn kv<T: Send + 'static>(
         &self,
@@ -103,10 +108,11 @@ pub struct KvStoreRes;
 /// A `wasi:keyvalue` bucket handle.
 pub struct BucketRes;
 /// A `wasi:keyvalue` compare-and-swap handle: the key and the value seen
-/// when it was made.
+/// (`None` until read: Spin 4.0.2 reads in `current`, this host's own mode
+/// when the handle is made; `Some(None)`: the key was missing).
 pub struct CasRes {
     key: String,
-    current: Option<Vec<u8>>,
+    seen: Option<Option<Vec<u8>>>,
 }
 
 /// The data of one request's store.
@@ -244,7 +250,12 @@ impl key_value::Host for HostState {}
 impl key_value::HostStore for HostState {
     async fn open(&mut self, label: String) -> Result<Resource<KvStoreRes>, key_value::Error> {
         if label != STORE_LABEL {
-            return Err(key_value::Error::NoSuchStore);
+            // Spin: a label the manifest does not grant is access-denied.
+            return Err(if self.shared.spin() {
+                key_value::Error::AccessDenied
+            } else {
+                key_value::Error::NoSuchStore
+            });
         }
         self.table
             .push(KvStoreRes)
@@ -343,7 +354,11 @@ fn wasi_err(e: KvError) -> wasi_kv::Error {
 impl wasi_kv::Host for HostState {
     async fn open(&mut self, identifier: String) -> Result<Resource<BucketRes>, wasi_kv::Error> {
         if identifier != STORE_LABEL {
-            return Err(wasi_kv::Error::NoSuchStore);
+            return Err(if self.shared.spin() {
+                wasi_kv::Error::AccessDenied
+            } else {
+                wasi_kv::Error::NoSuchStore
+            });
         }
         self.table
             .push(BucketRes)
@@ -398,7 +413,13 @@ impl wasi_kv::HostBucket for HostState {
         _: Resource<BucketRes>,
         cursor: Option<String>,
     ) -> Result<wasi_kv::KeyResponse, wasi_kv::Error> {
-        // One page with every key (after `cursor`, exclusive).
+        // One page with every key (after `cursor`, exclusive). Spin 4.0.2
+        // refuses any cursor.
+        if cursor.is_some() && self.shared.spin() {
+            return Err(wasi_kv::Error::Other(
+                "list_keys: cursor not supported".into(),
+            ));
+        }
         let keys = self.shared.kv(|kv| kv.keys()).await.map_err(wasi_err)?;
         let keys = match cursor {
             Some(c) => keys.into_iter().filter(|k| *k > c).collect(),
@@ -436,21 +457,21 @@ impl atomics::Host for HostState {
             .delete(cas)
             .map_err(|e| atomics::CasError::StoreError(wasi_kv::Error::Other(e.to_string())))?;
         let key = cas.key.clone();
-        let swapped = match cas.current.clone() {
-            // A missing key never swaps (see crate::kv).
-            None => false,
-            Some(expected) => {
+        // The backend applies its rule (see crate::kv): this host's own, or
+        // Spin 4.0.2's for SQLite or Redis.
+        let swapped = self
+            .shared
+            .kv({
                 let key = key.clone();
-                self.shared
-                    .kv(move |kv| kv.compare_and_swap(&key, &expected, &value))
-                    .await
-                    .map_err(|e| atomics::CasError::StoreError(wasi_err(e)))?
-            }
-        };
+                move |kv| kv.swap(&key, cas.seen.as_ref().map(Option::as_deref), &value)
+            })
+            .await
+            .map_err(|e| atomics::CasError::StoreError(wasi_err(e)))?;
         if swapped {
             return Ok(());
         }
-        // Hand back a fresh handle holding the value now in the store.
+        // Hand back a fresh handle holding the value now in the store (Spin
+        // also makes a new handle and calls `current` on it).
         let current = self
             .shared
             .kv({
@@ -461,7 +482,10 @@ impl atomics::Host for HostState {
             .map_err(|e| atomics::CasError::StoreError(wasi_err(e)))?;
         let again = self
             .table
-            .push(CasRes { key, current })
+            .push(CasRes {
+                key,
+                seen: Some(current),
+            })
             .map_err(|e| atomics::CasError::StoreError(wasi_kv::Error::Other(e.to_string())))?;
         Err(atomics::CasError::CasFailed(again))
     }
@@ -473,25 +497,46 @@ impl atomics::HostCas for HostState {
         _: Resource<BucketRes>,
         key: String,
     ) -> Result<Resource<CasRes>, wasi_kv::Error> {
-        let current = self
-            .shared
-            .kv({
-                let key = key.clone();
-                move |kv| kv.get(&key)
-            })
-            .await
-            .map_err(wasi_err)?;
+        // Spin 4.0.2 reads nothing here: the value is read by `current`.
+        let seen = if self.shared.spin() {
+            None
+        } else {
+            Some(
+                self.shared
+                    .kv({
+                        let key = key.clone();
+                        move |kv| kv.get(&key)
+                    })
+                    .await
+                    .map_err(wasi_err)?,
+            )
+        };
         self.table
-            .push(CasRes { key, current })
+            .push(CasRes { key, seen })
             .map_err(|e| wasi_kv::Error::Other(format!("resource table: {e}")))
     }
 
     async fn current(&mut self, cas: Resource<CasRes>) -> Result<Option<Vec<u8>>, wasi_kv::Error> {
-        let cas = self
+        let handle = self
             .table
             .get(&cas)
             .map_err(|e| wasi_kv::Error::Other(e.to_string()))?;
-        Ok(cas.current.clone())
+        if !self.shared.spin() {
+            return Ok(handle.seen.clone().flatten());
+        }
+        // Spin 4.0.2 reads the store on every call and remembers the value
+        // for `swap`.
+        let key = handle.key.clone();
+        let now = self
+            .shared
+            .kv(move |kv| kv.get(&key))
+            .await
+            .map_err(wasi_err)?;
+        self.table
+            .get_mut(&cas)
+            .map_err(|e| wasi_kv::Error::Other(e.to_string()))?
+            .seen = Some(now.clone());
+        Ok(now)
     }
 
     async fn drop(&mut self, rep: Resource<CasRes>) -> wasmtime::Result<()> {
@@ -506,13 +551,10 @@ impl batch::Host for HostState {
         _: Resource<BucketRes>,
         keys: Vec<String>,
     ) -> Result<Vec<(String, Option<Vec<u8>>)>, wasi_kv::Error> {
-        let asked = keys.clone();
-        let values = self
-            .shared
-            .kv(move |kv| kv.get_many(&keys))
+        self.shared
+            .kv(move |kv| kv.get_many_pairs(&keys))
             .await
-            .map_err(wasi_err)?;
-        Ok(asked.into_iter().zip(values).collect())
+            .map_err(wasi_err)
     }
 
     async fn set_many(
@@ -683,10 +725,14 @@ mod tests {
         assert!(!valid_variable_name(""));
     }
 
-    fn state(name: &str, fail_after: Option<u64>) -> (HostState, std::path::PathBuf) {
+    fn state(
+        name: &str,
+        fail_after: Option<u64>,
+        emulation: KvEmulation,
+    ) -> (HostState, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("tfa-rt-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut kv: Arc<dyn KvBackend> = Arc::new(SqliteKv::open_dir(&dir).unwrap());
+        let mut kv: Arc<dyn KvBackend> = Arc::new(SqliteKv::open_dir(&dir, emulation).unwrap());
         if let Some(n) = fail_after {
             kv = Arc::new(FailingKv::new(kv, n, None));
         }
@@ -704,7 +750,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn spin_and_wasi_interfaces_share_one_store() {
-        let (mut s, dir) = state("share", None);
+        let (mut s, dir) = state("share", None, KvEmulation::None);
         assert!(matches!(
             key_value::HostStore::open(&mut s, "other".into()).await,
             Err(key_value::Error::NoSuchStore)
@@ -798,7 +844,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn store_failures_are_error_values() {
-        let (mut s, dir) = state("fail", Some(1));
+        let (mut s, dir) = state("fail", Some(1), KvEmulation::None);
         let st = key_value::HostStore::open(&mut s, "default".into())
             .await
             .unwrap();
@@ -817,6 +863,123 @@ mod tests {
                 .await
                 .is_err()
         );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// `KV_EMULATE=spin-4.0.2` over SQLite, through the interfaces the
+    /// component calls: what Spin 4.0.2's SQLite store and dispatch do.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn spin_4_0_2_sqlite_through_the_interfaces() {
+        let (mut s, dir) = state("spin402", None, KvEmulation::Spin402);
+        // Labels the manifest does not grant are access-denied.
+        assert!(matches!(
+            key_value::HostStore::open(&mut s, "other".into()).await,
+            Err(key_value::Error::AccessDenied)
+        ));
+        assert!(matches!(
+            wasi_kv::Host::open(&mut s, "other".into()).await,
+            Err(wasi_kv::Error::AccessDenied)
+        ));
+        let st = key_value::HostStore::open(&mut s, "default".into())
+            .await
+            .unwrap();
+        let rep = st.rep();
+        let bucket = wasi_kv::Host::open(&mut s, "default".into()).await.unwrap();
+        let b = || Resource::<BucketRes>::new_borrow(bucket.rep());
+
+        // A counter reads back, through Spin's key-value, as 8 LE bytes.
+        assert_eq!(s.increment(b(), "n".into(), 258).await.unwrap(), 258);
+        assert_eq!(
+            key_value::HostStore::get(&mut s, Resource::new_borrow(rep), "n".into())
+                .await
+                .unwrap(),
+            Some(258i64.to_le_bytes().to_vec())
+        );
+        // Incrementing a value that is not 8 bytes is an error, not a trap.
+        key_value::HostStore::set(&mut s, Resource::new_borrow(rep), "a".into(), b"1".to_vec())
+            .await
+            .unwrap();
+        assert!(matches!(
+            s.increment(b(), "a".into(), 1).await,
+            Err(wasi_kv::Error::Other(_))
+        ));
+
+        // get-many: only the keys that exist, each once, in key order.
+        let many = s
+            .get_many(b(), vec!["zz".into(), "n".into(), "a".into(), "n".into()])
+            .await
+            .unwrap();
+        assert_eq!(
+            many,
+            vec![
+                ("a".to_string(), Some(b"1".to_vec())),
+                ("n".to_string(), Some(258i64.to_le_bytes().to_vec())),
+            ]
+        );
+        assert_eq!(s.get_many(b(), vec![]).await.unwrap(), vec![]);
+
+        // CAS on a missing key writes unconditionally.
+        let cas = atomics::HostCas::new(&mut s, b(), "fresh".into())
+            .await
+            .unwrap();
+        assert_eq!(
+            s.current(Resource::new_borrow(cas.rep())).await.unwrap(),
+            None
+        );
+        s.swap(cas, b"x".to_vec()).await.unwrap();
+        assert_eq!(
+            wasi_kv::HostBucket::get(&mut s, b(), "fresh".into())
+                .await
+                .unwrap(),
+            Some(b"x".to_vec())
+        );
+        // So does a swap without `current` (nothing was read), even over
+        // a value someone wrote.
+        let cas = atomics::HostCas::new(&mut s, b(), "a".into())
+            .await
+            .unwrap();
+        key_value::HostStore::set(&mut s, Resource::new_borrow(rep), "a".into(), b"2".to_vec())
+            .await
+            .unwrap();
+        s.swap(cas, b"3".to_vec()).await.unwrap();
+        // With `current`, it is UPDATE … WHERE value = old: the value read
+        // when `current` ran (not when the handle was made) wins…
+        let cas = atomics::HostCas::new(&mut s, b(), "a".into())
+            .await
+            .unwrap();
+        key_value::HostStore::set(&mut s, Resource::new_borrow(rep), "a".into(), b"4".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(
+            s.current(Resource::new_borrow(cas.rep())).await.unwrap(),
+            Some(b"4".to_vec())
+        );
+        s.swap(cas, b"5".to_vec()).await.unwrap();
+        // …and a write after `current` makes it fail, with a fresh handle.
+        let cas = atomics::HostCas::new(&mut s, b(), "a".into())
+            .await
+            .unwrap();
+        s.current(Resource::new_borrow(cas.rep())).await.unwrap();
+        key_value::HostStore::set(&mut s, Resource::new_borrow(rep), "a".into(), b"6".to_vec())
+            .await
+            .unwrap();
+        match s.swap(cas, b"7".to_vec()).await {
+            Err(atomics::CasError::CasFailed(again)) => {
+                let now = s.current(Resource::new_borrow(again.rep())).await.unwrap();
+                assert_eq!(now, Some(b"6".to_vec()));
+            }
+            other => panic!("expected CasFailed, got {:?}", other.is_ok()),
+        }
+
+        // list-keys: no cursor allowed.
+        let page = wasi_kv::HostBucket::list_keys(&mut s, b(), None)
+            .await
+            .unwrap();
+        assert_eq!(page.keys, ["a", "fresh", "n"]);
+        assert!(matches!(
+            wasi_kv::HostBucket::list_keys(&mut s, b(), Some("a".into())).await,
+            Err(wasi_kv::Error::Other(_))
+        ));
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -1,11 +1,15 @@
-//! The SQLite backend's guarantees: atomic increments and compare-and-swap
-//! under concurrency, CAS on a missing key fails, data survives reopening.
+//! The SQLite backend's guarantees. With `KV_EMULATE=none` (this host's own
+//! semantics): atomic increments and compare-and-swap under concurrency,
+//! CAS on a missing key fails, data survives reopening. With the default
+//! `spin-4.0.2`: what Spin 4.0.2's SQLite store does (8-byte counters, CAS
+//! on a missing key writes, get-many answers existing keys only), and data
+//! written in the old format keeps working.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use tfa_host::kv::{FailingKv, KvBackend, SqliteKv};
+use tfa_host::kv::{FailingKv, KvBackend, KvEmulation, SqliteKv};
 
 struct TempDir(PathBuf);
 
@@ -27,7 +31,7 @@ impl Drop for TempDir {
 #[test]
 fn concurrent_increments_are_not_lost() {
     let dir = TempDir::new("incr");
-    let kv = Arc::new(SqliteKv::open_dir(&dir.0).unwrap());
+    let kv = Arc::new(SqliteKv::open_dir(&dir.0, KvEmulation::None).unwrap());
     const THREADS: usize = 8;
     const EACH: usize = 1000;
     let barrier = Arc::new(Barrier::new(THREADS));
@@ -63,7 +67,7 @@ fn concurrent_increments_are_not_lost() {
 #[test]
 fn increment_refuses_a_non_counter() {
     let dir = TempDir::new("notcounter");
-    let kv = SqliteKv::open_dir(&dir.0).unwrap();
+    let kv = SqliteKv::open_dir(&dir.0, KvEmulation::None).unwrap();
     kv.set("plain", b"hello").unwrap();
     assert!(kv.increment("plain", 1).is_err());
     assert_eq!(kv.get("plain").unwrap().unwrap(), b"hello".to_vec());
@@ -72,7 +76,7 @@ fn increment_refuses_a_non_counter() {
 #[test]
 fn compare_and_swap_has_exactly_one_winner() {
     let dir = TempDir::new("cas");
-    let kv = Arc::new(SqliteKv::open_dir(&dir.0).unwrap());
+    let kv = Arc::new(SqliteKv::open_dir(&dir.0, KvEmulation::None).unwrap());
     for round in 0..20 {
         let key = format!("k{round}");
         kv.set(&key, b"old").unwrap();
@@ -101,7 +105,7 @@ fn compare_and_swap_has_exactly_one_winner() {
 #[test]
 fn compare_and_swap_semantics() {
     let dir = TempDir::new("cas-missing");
-    let kv = SqliteKv::open_dir(&dir.0).unwrap();
+    let kv = SqliteKv::open_dir(&dir.0, KvEmulation::None).unwrap();
     // Missing key: fails and writes nothing.
     assert!(!kv.compare_and_swap("missing", b"", b"x").unwrap());
     assert!(!kv.compare_and_swap("missing", b"a", b"x").unwrap());
@@ -122,7 +126,7 @@ fn compare_and_swap_semantics() {
 fn data_survives_reopening() {
     let dir = TempDir::new("reopen");
     {
-        let kv = SqliteKv::open_dir(&dir.0).unwrap();
+        let kv = SqliteKv::open_dir(&dir.0, KvEmulation::None).unwrap();
         kv.set("a", b"1").unwrap();
         kv.set("b", &[0, 255, 7]).unwrap();
         kv.increment("c", 41).unwrap();
@@ -130,7 +134,7 @@ fn data_survives_reopening() {
         kv.delete("gone").unwrap();
         kv.delete("never-there").unwrap();
     }
-    let kv = SqliteKv::open_dir(&dir.0).unwrap();
+    let kv = SqliteKv::open_dir(&dir.0, KvEmulation::None).unwrap();
     assert_eq!(kv.get("a").unwrap().unwrap(), b"1".to_vec());
     assert_eq!(kv.get("b").unwrap().unwrap(), vec![0, 255, 7]);
     assert_eq!(kv.increment("c", 1).unwrap(), 42);
@@ -158,7 +162,8 @@ fn data_survives_reopening() {
 #[test]
 fn failing_wrapper_fails_from_the_nth_operation() {
     let dir = TempDir::new("failing");
-    let inner: Arc<dyn KvBackend> = Arc::new(SqliteKv::open_dir(&dir.0).unwrap());
+    let inner: Arc<dyn KvBackend> =
+        Arc::new(SqliteKv::open_dir(&dir.0, KvEmulation::None).unwrap());
     let kv = FailingKv::new(inner.clone(), 3, Some(2));
     assert!(kv.set("a", b"1").is_ok()); // 1
     assert!(kv.get("a").is_ok()); // 2
@@ -175,8 +180,8 @@ fn two_handles_on_one_file_share_counters() {
     // Two opens of one file behave like two host processes: their writers
     // meet only in SQLite's own locking.
     let dir = TempDir::new("two-handles");
-    let a = Arc::new(SqliteKv::open_dir(&dir.0).unwrap());
-    let b = Arc::new(SqliteKv::open_dir(&dir.0).unwrap());
+    let a = Arc::new(SqliteKv::open_dir(&dir.0, KvEmulation::None).unwrap());
+    let b = Arc::new(SqliteKv::open_dir(&dir.0, KvEmulation::None).unwrap());
     let handles: Vec<_> = [a.clone(), a.clone(), b.clone(), b.clone()]
         .into_iter()
         .map(|kv| {
@@ -190,4 +195,194 @@ fn two_handles_on_one_file_share_counters() {
     handles.into_iter().for_each(|h| h.join().unwrap());
     assert_eq!(a.increment("n", 0).unwrap(), 1000);
     assert_eq!(b.increment("n", 0).unwrap(), 1000);
+}
+
+// ------------------------------------------- KV_EMULATE=spin-4.0.2 (default)
+
+#[test]
+fn spin_4_0_2_counters_are_8_le_bytes() {
+    let dir = TempDir::new("spin-incr");
+    let kv = Arc::new(SqliteKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap());
+    assert_eq!(kv.emulation(), KvEmulation::Spin402);
+    // Still atomic under concurrency (read and write in one transaction).
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let kv = kv.clone();
+            thread::spawn(move || {
+                (0..250)
+                    .map(|_| kv.increment("n", 1).unwrap())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut all: Vec<i64> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, (1..=1000).collect::<Vec<i64>>());
+    // `get` on a counter returns Spin's 8 little-endian bytes.
+    assert_eq!(
+        kv.get("n").unwrap().unwrap(),
+        1000i64.to_le_bytes().to_vec()
+    );
+    assert_eq!(
+        kv.get_many(&["n".into()]).unwrap(),
+        vec![Some(1000i64.to_le_bytes().to_vec())]
+    );
+    assert_eq!(kv.increment("neg", -3).unwrap(), -3);
+    assert_eq!(
+        kv.get("neg").unwrap().unwrap(),
+        (-3i64).to_le_bytes().to_vec()
+    );
+    // Stored as a blob, as Spin stores it.
+    let conn = rusqlite::Connection::open(dir.0.join("kv.sqlite3")).unwrap();
+    let kind: String = conn
+        .query_row("SELECT typeof(value) FROM kv WHERE key = 'n'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(kind, "blob");
+    // Any 8-byte value is a counter to Spin; overflow wraps (release build).
+    kv.set("eight", &i64::MAX.to_le_bytes()).unwrap();
+    assert_eq!(kv.increment("eight", 1).unwrap(), i64::MIN);
+}
+
+#[test]
+fn spin_4_0_2_increment_on_a_non_counter_is_an_error() {
+    let dir = TempDir::new("spin-notcounter");
+    let kv = SqliteKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap();
+    // Spin 4.0.2 panics on these (`expect("incorrect length")`).
+    for bad in [&b"hello"[..], b"", b"123456789"] {
+        kv.set("plain", bad).unwrap();
+        let e = kv.increment("plain", 1).unwrap_err();
+        assert!(e.0.contains("not an 8-byte counter"), "{e}");
+        assert_eq!(kv.get("plain").unwrap().unwrap(), bad.to_vec());
+    }
+    // The store is still usable afterwards.
+    assert_eq!(kv.increment("ok", 2).unwrap(), 2);
+}
+
+#[test]
+fn spin_4_0_2_compare_and_swap() {
+    let dir = TempDir::new("spin-cas");
+    let kv = SqliteKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap();
+    // Missing key, seen as missing: Spin's `None` branch writes.
+    assert!(kv.swap("missing", Some(None), b"x").unwrap());
+    assert_eq!(kv.get("missing").unwrap().unwrap(), b"x".to_vec());
+    // Nothing read (`current` never called): also an unconditional write,
+    // even over an existing value.
+    assert!(kv.swap("missing", None, b"y").unwrap());
+    assert_eq!(kv.get("missing").unwrap().unwrap(), b"y".to_vec());
+    // Seen as missing but written meanwhile: still overwritten.
+    assert!(kv.swap("missing", Some(None), b"z").unwrap());
+    assert_eq!(kv.get("missing").unwrap().unwrap(), b"z".to_vec());
+    // Existing key: UPDATE … WHERE value = old.
+    kv.set("k", b"a").unwrap();
+    assert!(!kv.swap("k", Some(Some(b"b")), b"x").unwrap());
+    assert_eq!(kv.get("k").unwrap().unwrap(), b"a".to_vec());
+    assert!(kv.swap("k", Some(Some(b"a")), b"x").unwrap());
+    assert_eq!(kv.get("k").unwrap().unwrap(), b"x".to_vec());
+    // A counter's 8 bytes are its value, so CAS works on it.
+    kv.increment("n", 5).unwrap();
+    assert!(kv
+        .swap("n", Some(Some(&5i64.to_le_bytes())), &6i64.to_le_bytes())
+        .unwrap());
+    assert_eq!(kv.increment("n", 0).unwrap(), 6);
+    // Deleted after being seen: no row to update.
+    kv.delete("k").unwrap();
+    assert!(!kv.swap("k", Some(Some(b"x")), b"y").unwrap());
+    assert_eq!(kv.get("k").unwrap(), None);
+}
+
+#[test]
+fn spin_4_0_2_get_many_answers_existing_keys_only() {
+    let dir = TempDir::new("spin-many");
+    let kv = SqliteKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap();
+    kv.set_many(&[
+        ("b".into(), b"2".to_vec()),
+        ("a".into(), vec![0, 255]),
+        ("c".into(), b"3".to_vec()),
+    ])
+    .unwrap();
+    // Spin's `key IN rarray(:keys)`: existing keys, each once, in key order.
+    let keys: Vec<String> = ["c", "zz", "a", "c"].map(String::from).to_vec();
+    assert_eq!(
+        kv.get_many_pairs(&keys).unwrap(),
+        vec![
+            ("a".to_string(), Some(vec![0, 255])),
+            ("c".to_string(), Some(b"3".to_vec())),
+        ]
+    );
+    assert_eq!(kv.get_many_pairs(&["zz".into()]).unwrap(), vec![]);
+    kv.delete_many(&["a".into(), "zz".into()]).unwrap();
+    assert_eq!(kv.keys().unwrap(), ["b", "c"]);
+    // This host's own mode answers every key, in order.
+    drop(kv);
+    let own = SqliteKv::open_dir(&dir.0, KvEmulation::None).unwrap();
+    assert_eq!(
+        own.get_many_pairs(&keys[..2]).unwrap(),
+        vec![
+            ("c".to_string(), Some(b"3".to_vec())),
+            ("zz".to_string(), None)
+        ]
+    );
+}
+
+#[test]
+fn spin_4_0_2_keeps_counters_of_the_old_integer_format() {
+    let dir = TempDir::new("spin-upgrade");
+    {
+        // A data directory written by this host's own format.
+        let old = SqliteKv::open_dir(&dir.0, KvEmulation::None).unwrap();
+        old.increment("c", 41).unwrap();
+        old.set("plain", b"text").unwrap();
+        old.set("eight", b"8 bytes!").unwrap();
+    }
+    let kv = SqliteKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap();
+    // Converted when the store opened: reads as Spin's bytes, counts on.
+    assert_eq!(kv.get("c").unwrap().unwrap(), 41i64.to_le_bytes().to_vec());
+    assert_eq!(kv.increment("c", 1).unwrap(), 42);
+    assert_eq!(kv.get("plain").unwrap().unwrap(), b"text".to_vec());
+    assert_eq!(kv.get("eight").unwrap().unwrap(), b"8 bytes!".to_vec());
+    let conn = rusqlite::Connection::open(dir.0.join("kv.sqlite3")).unwrap();
+    let integers: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM kv WHERE typeof(value) = 'integer'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(integers, 0);
+    // An INTEGER counter written later (a second host with
+    // KV_EMULATE=none on the same file) still counts and reads as bytes.
+    let other = SqliteKv::open_dir(&dir.0, KvEmulation::None).unwrap();
+    assert_eq!(other.increment("d", 7).unwrap(), 7);
+    assert_eq!(kv.get("d").unwrap().unwrap(), 7i64.to_le_bytes().to_vec());
+    assert_eq!(kv.increment("d", 1).unwrap(), 8);
+    assert_eq!(kv.get("d").unwrap().unwrap(), 8i64.to_le_bytes().to_vec());
+    // Reopening converts nothing twice and loses nothing.
+    drop(kv);
+    let kv = SqliteKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap();
+    assert_eq!(kv.increment("c", 0).unwrap(), 42);
+    assert_eq!(kv.increment("d", 0).unwrap(), 8);
+}
+
+#[test]
+fn failing_wrapper_keeps_the_emulation() {
+    let dir = TempDir::new("spin-failing");
+    let inner: Arc<dyn KvBackend> =
+        Arc::new(SqliteKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap());
+    let kv = FailingKv::new(inner, 3, Some(1));
+    assert_eq!(kv.emulation(), KvEmulation::Spin402);
+    assert!(kv.swap("k", None, b"x").unwrap()); // 1: Spin's write
+    assert_eq!(kv.increment("n", 1).unwrap(), 1); // 2
+    assert!(kv.get_many_pairs(&["k".into()]).is_err()); // 3: injected
+    assert_eq!(
+        kv.get_many_pairs(&["k".into(), "n".into()]).unwrap(),
+        vec![
+            ("k".to_string(), Some(b"x".to_vec())),
+            ("n".to_string(), Some(1i64.to_le_bytes().to_vec())),
+        ]
+    );
 }

@@ -1,0 +1,108 @@
+//! `KV_EMULATE`: its default, its values, a refusal to start on anything
+//! else, and the start-up line that names the effective mode.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use tfa_host::kv::KvEmulation;
+use tfa_host::HostSettings;
+
+fn settings(pairs: &[(&str, &str)]) -> anyhow::Result<HostSettings> {
+    let env: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    HostSettings::from_env(&|n: &str| env.get(n).cloned())
+}
+
+#[test]
+fn kv_emulate_parses() {
+    assert_eq!(settings(&[]).unwrap().kv_emulate, KvEmulation::Spin402);
+    assert_eq!(
+        settings(&[("KV_EMULATE", "")]).unwrap().kv_emulate,
+        KvEmulation::Spin402
+    );
+    assert_eq!(
+        settings(&[("KV_EMULATE", " spin-4.0.2 ")])
+            .unwrap()
+            .kv_emulate,
+        KvEmulation::Spin402
+    );
+    assert_eq!(
+        settings(&[("KV_EMULATE", "none")]).unwrap().kv_emulate,
+        KvEmulation::None
+    );
+    let e = settings(&[("KV_EMULATE", "spin-3")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("KV_EMULATE") && e.contains("spin-3") && e.contains("spin-4.0.2"),
+        "{e}"
+    );
+}
+
+/// Runs the host binary with `pairs` and a component path that does not
+/// exist, so it stops by itself right after opening the store; killed if
+/// it is still running after 60 s.
+fn run_host(name: &str, pairs: &[(&str, &str)]) -> (Output, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("tfa-host-settings-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tfa-host"))
+        .env("PORT", "0")
+        .env("DATA_DIR", &dir)
+        .env("COMPONENT_PATH", dir.join("missing.wasm"))
+        // host/ has no spin.toml: the default allow-list, no manifest.
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("SPIN_MANIFEST")
+        .env_remove("KV_URL")
+        .env_remove("KV_EMULATE")
+        .env_remove("TFA_FAIL_STORE_AFTER")
+        .envs(pairs.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..600 {
+        if child.try_wait().unwrap().is_some() {
+            return (child.wait_with_output().unwrap(), dir);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    panic!(
+        "tfa-host did not stop: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn an_unknown_kv_emulate_refuses_to_start() {
+    let (out, dir) = run_host("bad", &[("KV_EMULATE", "spin")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("KV_EMULATE must be `spin-4.0.2`"), "{err}");
+    // It stopped before opening (or creating) the store.
+    assert!(!dir.exists());
+}
+
+#[test]
+fn the_effective_mode_is_logged_with_the_store() {
+    for (name, pairs, shown) in [
+        ("default", &[][..], "KV_EMULATE=spin-4.0.2"),
+        ("none", &[("KV_EMULATE", "none")][..], "KV_EMULATE=none"),
+    ] {
+        let (out, dir) = run_host(name, pairs);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("tfa-host: key-value store: sqlite "))
+            .unwrap_or_else(|| panic!("no store line in {err}"));
+        assert!(line.ends_with(&format!("({shown})")), "{line}");
+        assert_eq!(err.matches("KV_EMULATE=").count(), 1, "{err}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
