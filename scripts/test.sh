@@ -2,7 +2,8 @@
 # Runs every test of the project, on a fresh machine of this kind or an old
 # one: formatting, lints (native and wasm targets), core's unit, scenario,
 # SMTP and hardening tests, short fuzzing of core, the end-to-end tests of the real component in the
-# local host (SQLite, Redis), the Envoy filter in a proxy-wasm host and in real
+# local host (SQLite, Redis; its stores emulate Spin 4.0.2's), the same
+# scenarios under real Spin when SPIN_BIN is set, the Envoy filter in a proxy-wasm host and in real
 # Envoy, contract tests of the OpenAPI document with Schemathesis, the README's
 # commands, and the browser/Node signature package in Node and headless Chromium.
 # Idempotent; installs what it needs (rustup targets, Debian and PyPI
@@ -68,6 +69,9 @@ ls -l "$TFA_COMPONENT_WASM" "$TFA_FILTER_WASM" "$TFA_HOST_BIN"
 
 step "cargo test --workspace (core, host, component, filter, end-to-end)"
 cargo test --workspace
+
+step "end-to-end under real Spin (when SPIN_BIN names a Spin binary; skipped otherwise)"
+./scripts/test-spin.sh
 
 step "contract tests: Schemathesis against the component in the local host"
 ./scripts/test-contract.sh

@@ -194,3 +194,233 @@ fn bad_production_settings_answer_503() {
         host.output()
     );
 }
+
+/// How many clients race in the two-host concurrency tests below.
+const RACERS: usize = 20;
+
+/// Two hosts on one fresh Redis, client addresses from `X-Forwarded-For`
+/// (TRUST_PROXY), so the per-IP limits let every racer through.
+fn two_hosts_on_one_redis(redis: &Redis) -> (Host, Host) {
+    let opts = HostOptions {
+        kv_url: Some(redis.url()),
+        env: vec![("TRUST_PROXY".into(), "true".into())],
+        ..Default::default()
+    };
+    (Host::start(opts.clone()), Host::start(opts))
+}
+
+/// `POST path` with `body` from client address `ip`.
+fn post_as(c: &Client, ip: &str, path: &str, body: &serde_json::Value) -> e2e::client::Resp {
+    c.post_from(path, body, None, &[("X-Forwarded-For", ip)])
+}
+
+/// Runs `requests` (client, ip, path, body) at once, one thread each.
+fn race(
+    requests: Vec<(Client, String, &'static str, serde_json::Value)>,
+) -> Vec<e2e::client::Resp> {
+    let barrier = Arc::new(Barrier::new(requests.len()));
+    let handles: Vec<_> = requests
+        .into_iter()
+        .map(|(c, ip, path, body)| {
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                post_as(&c, &ip, path, &body)
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("no client panic"))
+        .collect()
+}
+
+fn statuses(results: &[e2e::client::Resp]) -> String {
+    results
+        .iter()
+        .map(|r| format!("{} {}", r.status, String::from_utf8_lossy(&r.body)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn concurrent_uses_of_one_backup_code_over_two_hosts_give_one_success() {
+    let redis = Redis::start();
+    let (a, b) = two_hosts_on_one_redis(&redis);
+    let (ca, cb) = (a.client.clone(), b.client.clone());
+    let r = post_as(
+        &ca,
+        "10.60.0.1",
+        "/api/auth/register",
+        &json!({ "email": "bea@example.com", "username": "bea", "password": PASSWORD }),
+    );
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let d = r.data();
+    let u = User {
+        id: d["user"]["id"].as_str().unwrap().to_string(),
+        email: "bea@example.com".into(),
+        access: d["accessToken"].as_str().unwrap().to_string(),
+        refresh: d["refreshToken"].as_str().unwrap().to_string(),
+    };
+    let (_, backups, _) = enable_totp(&ca, &u);
+    // One temp token per racer, each from an address of its own (logins
+    // are limited per IP), alternately from either host.
+    let requests = (0..RACERS)
+        .map(|i| {
+            let c = if i % 2 == 0 { &ca } else { &cb };
+            let r = post_as(
+                c,
+                &format!("10.61.0.{i}"),
+                "/api/auth/login",
+                &json!({ "emailOrUsername": u.email, "password": PASSWORD }),
+            );
+            let temp = r.data()["tempToken"].as_str().unwrap().to_string();
+            (
+                c.clone(),
+                format!("10.62.0.{i}"),
+                "/api/2fa/verify-backup-code",
+                json!({ "tempToken": temp, "backupCode": backups[0] }),
+            )
+        })
+        .collect();
+    let results = race(requests);
+    let all = statuses(&results);
+    assert!(results.iter().all(|r| r.status < 500), "no 5xx:\n{all}");
+    let ok: Vec<_> = results.iter().filter(|r| r.status == 200).collect();
+    assert_eq!(ok.len(), 1, "exactly one success:\n{all}");
+    assert_eq!(ok[0].data()["remainingCodes"], 9);
+    for r in results.iter().filter(|r| r.status != 200) {
+        if r.status == 429 {
+            // The per-account lock after repeated failures.
+            r.assert_error(429, "Too many requests. Please try again later.");
+        } else {
+            r.assert_error(400, "This backup code has already been used");
+        }
+    }
+    // Both hosts agree on the count.
+    for c in [&ca, &cb] {
+        assert_eq!(
+            c.get("/api/2fa/backup-codes/count", Some(&u.access)).data(),
+            json!({ "remaining": 9, "total": 10 })
+        );
+    }
+}
+
+#[test]
+fn concurrent_registrations_of_one_email_over_two_hosts_give_one_user() {
+    let redis = Redis::start();
+    let (a, b) = two_hosts_on_one_redis(&redis);
+    let (ca, cb) = (a.client.clone(), b.client.clone());
+    let requests = (0..RACERS)
+        .map(|i| {
+            let c = if i % 2 == 0 { &ca } else { &cb };
+            (
+                c.clone(),
+                format!("10.63.0.{i}"),
+                "/api/auth/register",
+                json!({ "email": "Same@Example.com", "username": format!("same{i}"), "password": PASSWORD }),
+            )
+        })
+        .collect();
+    let results = race(requests);
+    let all = statuses(&results);
+    assert!(results.iter().all(|r| r.status < 500), "no 5xx:\n{all}");
+    let created: Vec<_> = results.iter().filter(|r| r.status == 201).collect();
+    assert_eq!(created.len(), 1, "exactly one 201:\n{all}");
+    for r in results.iter().filter(|r| r.status != 201) {
+        r.assert_error(409, "Email already registered");
+    }
+    let winner = created[0].data()["user"]["username"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Either host logs the one user in, by the e-mail in any case.
+    for (c, ip) in [(&ca, "10.64.0.1"), (&cb, "10.64.0.2")] {
+        let r = post_as(
+            c,
+            ip,
+            "/api/auth/login",
+            &json!({ "emailOrUsername": "same@example.com", "password": PASSWORD }),
+        );
+        assert_eq!(r.data()["user"]["username"], winner.as_str());
+    }
+    // A loser's username was not kept.
+    let loser = (0..RACERS)
+        .map(|i| format!("same{i}"))
+        .find(|n| *n != winner)
+        .unwrap();
+    let r = post_as(
+        &cb,
+        "10.64.0.3",
+        "/api/auth/register",
+        &json!({ "email": "other@example.com", "username": loser, "password": PASSWORD }),
+    );
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+}
+
+/// Webhooks with two hosts on one Redis: a hook registered through one host
+/// receives, signed, the event that happens on the other; a failed first
+/// attempt stays pending in the delivery log both hosts show, and a hook's
+/// test event arrives once. (Retries after the back-off are covered on the
+/// local host by `api_integrations`, which moves the component's clock.)
+#[test]
+fn webhooks_over_two_hosts_on_one_redis() {
+    let redis = Redis::start();
+    let receiver = e2e::fake::FakeServer::start();
+    let opts = HostOptions {
+        kv_url: Some(redis.url()),
+        env: vec![
+            ("WEBHOOK_ALLOW_PRIVATE".into(), "true".into()),
+            ("ALLOWED_OUTBOUND_HOSTS".into(), receiver.base()),
+        ],
+        ..Default::default()
+    };
+    let (a, b) = (Host::start(opts.clone()), Host::start(opts));
+    let (ca, cb) = (a.client.clone(), b.client.clone());
+    let u = register(&ca, "hana");
+    let hook = ca
+        .post(
+            "/api/webhooks",
+            &json!({ "url": format!("{}/hook", receiver.base()), "events": ["user.login"] }),
+            Some(&u.access),
+        )
+        .data();
+    let (id, secret) = (
+        hook["id"].as_str().unwrap().to_string(),
+        hook["secret"].as_str().unwrap().to_string(),
+    );
+    receiver.statuses.lock().unwrap().push_back(500);
+    assert_eq!(login(&cb, "hana").status, 200);
+    let got = receiver.wait_for(1, Duration::from_secs(20));
+    assert_eq!(got.len(), 1, "one delivery of user.login");
+    assert_eq!(got[0].header("x-webhook-event"), Some("user.login"));
+    assert!(tfa_core::signature::verify_signature(
+        secret.as_bytes(),
+        &got[0].body,
+        got[0].header("x-webhook-signature").unwrap()
+    ));
+    // The failed attempt is recorded (after the response: bounded wait) and
+    // both hosts show the same log.
+    let path = format!("/api/webhooks/{id}/deliveries");
+    let mut log = serde_json::Value::Null;
+    for _ in 0..40 {
+        log = ca.get(&path, Some(&u.access)).data();
+        if log["deliveries"][0]["attempts"][0]["statusCode"] == 500 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(log["deliveries"][0]["status"], "pending", "{log}");
+    assert_eq!(log["deliveries"][0]["attempts"][0]["statusCode"], 500);
+    assert_eq!(cb.get(&path, Some(&u.access)).data(), log);
+    // A test event through the other host arrives once, answered 200.
+    let r = cb.post(
+        &format!("/api/webhooks/{id}/test"),
+        &json!({}),
+        Some(&u.access),
+    );
+    assert!(r.status < 300, "{}", String::from_utf8_lossy(&r.body));
+    let got = receiver.wait_for(2, Duration::from_secs(20));
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[1].header("x-webhook-event"), Some("webhook.test"));
+}
