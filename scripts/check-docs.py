@@ -105,6 +105,29 @@ for name in settings + host_settings:
     if f"`{name}`" not in deploy_docs:
         problems.append(f"setting `{name}` is documented neither in README.md's deployer section nor in docs/")
 
+# 4b. Outbound calls (issue #14): the wildcard webhook entry in spin.toml, the
+# network-level block list in both runtime configs and the SpinKube manifest,
+# and the README's deployer section saying what it covers.
+if not re.search(r'(?m)^allowed_outbound_hosts = \[[^\]\n]*"https://\*:443"', read("spin.toml")):
+    problems.append('spin.toml: allowed_outbound_hosts lacks "https://*:443" (webhooks)')
+for rel in ["runtime-config.redis.toml", "runtime-config.sqlite.toml", "deploy/spinkube.yaml"]:
+    text = read(rel)
+    if "[outbound_networking]" not in text or not re.search(r'block_networks = \[[^\]]*"private"', text):
+        problems.append(f'{rel}: no [outbound_networking] block_networks = ["private", ...]')
+deployer = re.sub(r"\s+", " ", section(readme, "For deployers"))
+for needle in ["block_networks", "runtime-config.redis.toml", "runtime-config.sqlite.toml",
+               "https://*:443", "WEBHOOK_ALLOW_PRIVATE", "169.254.169.254", "does not cover"]:
+    if needle not in deployer:
+        problems.append(f"README.md deployer section does not mention {needle!r}")
+try:
+    import tomllib
+    for rel in ["runtime-config.redis.toml", "runtime-config.sqlite.toml", "spin.toml"]:
+        tomllib.loads(read(rel))
+except ImportError:
+    pass
+except Exception as e:  # noqa: BLE001 - any parse error is a problem
+    problems.append(f"a TOML file does not parse: {e}")
+
 # 5. Relative links.
 for rel in ["README.md"] + [str(p.relative_to(ROOT)) for p in sorted((ROOT / "docs").glob("*.md"))]:
     base = (ROOT / rel).parent

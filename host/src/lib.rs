@@ -20,7 +20,8 @@
 //! the stores behave exactly like Spin 4.0.2's, limits included; `none`:
 //! this host's own, more capable semantics; see [`kv`]), `COMPONENT_PATH`
 //! (default `target/wasm32-wasip2/release/spin_app.wasm`), `SPIN_MANIFEST` (default
-//! `./spin.toml` when present) and `ALLOWED_OUTBOUND_HOSTS`. Test hook:
+//! `./spin.toml` when present) and `ALLOWED_OUTBOUND_HOSTS` (the Twilio API base and the
+//! SMTP server named by the service's settings are allowed without it). Test hook:
 //! `TFA_FAIL_STORE_AFTER=N` makes every store operation from the N-th on fail
 //! (`TFA_FAIL_STORE_COUNT=K` limits that to K operations);
 //! `TFA_CLOCK_OFFSET_MS=N` shows the component a wall clock N ms ahead (to
@@ -31,8 +32,10 @@
 #![deny(missing_docs)]
 
 pub mod kv;
+pub mod netguard;
 pub mod outbound;
 pub mod runtime;
+pub mod send;
 pub mod server;
 
 use std::collections::BTreeMap;
@@ -149,14 +152,18 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     // they are unusable).
     let (variables, wasi_env) = service_settings(env);
     let core_map: BTreeMap<String, String> = wasi_env.iter().cloned().collect();
-    match tfa_core::Config::from_map(&core_map) {
+    let core_config = match tfa_core::Config::from_map(&core_map) {
         Ok(c) => {
             for w in &c.warnings {
                 eprintln!("tfa-host: warning: {w}");
             }
+            Some(c)
         }
-        Err(e) => eprintln!("tfa-host: {e}; every request will be answered 503 until it is fixed"),
-    }
+        Err(e) => {
+            eprintln!("tfa-host: {e}; every request will be answered 503 until it is fixed");
+            None
+        }
+    };
 
     // Allowed outbound hosts.
     let mut warnings = Vec::new();
@@ -175,18 +182,65 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
             }
         }
     }
+    // The gateways the settings name (Twilio base, SMTP server) are allowed
+    // without repeating them in ALLOWED_OUTBOUND_HOSTS.
+    if let Some(c) = &core_config {
+        let resolve = |host: &str, port: u16| -> Vec<std::net::IpAddr> {
+            use std::net::ToSocketAddrs as _;
+            (host, port)
+                .to_socket_addrs()
+                .map(|a| a.map(|a| a.ip()).collect())
+                .unwrap_or_default()
+        };
+        let gateways = outbound::gateway_patterns(
+            c.twilio.as_ref().map(|t| t.api_base.as_str()),
+            c.email.as_ref().map(|e| (e.host.as_str(), e.port)),
+            &resolve,
+            &mut warnings,
+        );
+        for p in gateways {
+            if !patterns.contains(&p) {
+                patterns.push(p);
+            }
+        }
+    }
     for w in &warnings {
         eprintln!("tfa-host: warning: {w}");
     }
     let allow = outbound::AllowList::new(patterns);
     eprintln!(
-        "tfa-host: allowed outbound hosts: {}",
+        "tfa-host: effective allowed outbound hosts (spin.toml, ALLOWED_OUTBOUND_HOSTS, \
+         TWILIO_API_BASE, EMAIL_HOST:EMAIL_PORT): {}",
         allow
             .patterns()
             .iter()
             .map(|p| p.to_string())
             .collect::<Vec<_>>()
             .join(", ")
+    );
+
+    // Connect-time SSRF check (host/src/netguard.rs).
+    let hooks = netguard::TestHooks::from_env(env).map_err(anyhow::Error::msg)?;
+    if hooks.enabled() {
+        eprintln!(
+            "tfa-host: WARNING: TEST HOOKS ON (TFA_TEST_RESOLVE / TFA_TEST_PUBLIC_ADDRS / \
+             TFA_TEST_CA_FILE): \
+             name resolution is overridden; never use this in production"
+        );
+    }
+    let guard = netguard::NetGuard {
+        allow_private: core_config
+            .as_ref()
+            .is_some_and(|c| c.webhook_allow_private),
+        hooks,
+    };
+    eprintln!(
+        "tfa-host: connect-time block of private/special networks: {}",
+        if guard.allow_private {
+            "off (WEBHOOK_ALLOW_PRIVATE=true)"
+        } else {
+            "on (destinations named without wildcards are exempt)"
+        }
     );
 
     // Store.
@@ -221,6 +275,7 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
         variables,
         env: wasi_env,
         allow: Arc::new(allow),
+        guard: Arc::new(guard),
         clock_offset: std::time::Duration::from_millis(settings.clock_offset_ms),
     });
     if settings.clock_offset_ms > 0 {

@@ -146,6 +146,33 @@ impl AllowList {
         })
     }
 
+    /// Whether the operator named the destination of `uri` explicitly: a
+    /// matching pattern whose host is not a wildcard (`*`, `*.suffix`).
+    /// Such destinations are exempt from the connect-time block list.
+    pub fn explicit(&self, uri: &http::Uri) -> bool {
+        let (Some(scheme), Some(host)) = (uri.scheme_str(), uri.host()) else {
+            return false;
+        };
+        let scheme = scheme.to_ascii_lowercase();
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let Some(port) = uri.port_u16().or_else(|| default_port(&scheme)) else {
+            return false;
+        };
+        self.patterns
+            .iter()
+            .any(|p| !p.host.starts_with('*') && p.matches(&scheme, host, port))
+    }
+
+    /// As [`AllowList::explicit`], for a TCP connection to `addr`.
+    pub fn explicit_tcp(&self, addr: &std::net::SocketAddr) -> bool {
+        let ip = addr.ip().to_string();
+        self.patterns.iter().any(|p| {
+            !p.host.starts_with('*')
+                && p.scheme.as_deref().is_none_or(|s| s == "tcp")
+                && p.matches("tcp", &ip, addr.port())
+        })
+    }
+
     /// The patterns, for the start-up log.
     pub fn patterns(&self) -> &[HostPattern] {
         &self.patterns
@@ -239,6 +266,66 @@ pub fn from_list(list: &str, warnings: &mut Vec<String>) -> Vec<HostPattern> {
         .collect()
 }
 
+/// The gateways named by the service's settings, allowed without repeating
+/// them in `ALLOWED_OUTBOUND_HOSTS`: the Twilio API base (`TWILIO_API_BASE`,
+/// default `https://api.twilio.com`) as `scheme://host:port`, and the SMTP
+/// server as `tcp://EMAIL_HOST:EMAIL_PORT`. TCP connections are checked by
+/// IP address, so a named SMTP server is also allowed at the addresses
+/// `resolve` gives for it (looked up once, at start).
+pub fn gateway_patterns(
+    twilio_base: Option<&str>,
+    smtp: Option<(&str, u16)>,
+    resolve: &dyn Fn(&str, u16) -> Vec<std::net::IpAddr>,
+    warnings: &mut Vec<String>,
+) -> Vec<HostPattern> {
+    let mut out = Vec::new();
+    if let Some(base) = twilio_base {
+        let parsed = base.parse::<http::Uri>().ok().and_then(|u| {
+            let scheme = u.scheme_str()?.to_ascii_lowercase();
+            let host = u.host()?.to_string();
+            let port = u.port_u16().or_else(|| default_port(&scheme))?;
+            HostPattern::parse(&format!("{scheme}://{host}:{port}")).ok()
+        });
+        match parsed {
+            Some(p) => out.push(p),
+            None => warnings.push(format!("TWILIO_API_BASE {base:?}: not an http(s) URL")),
+        }
+    }
+    if let Some((host, port)) = smtp {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let shown = if bare.contains(':') {
+            format!("[{bare}]")
+        } else {
+            bare.to_string()
+        };
+        match HostPattern::parse(&format!("tcp://{shown}:{port}")) {
+            Ok(p) => out.push(p),
+            Err(e) => warnings.push(format!("EMAIL_HOST/EMAIL_PORT: {e}")),
+        }
+        if bare.parse::<std::net::IpAddr>().is_err() {
+            let ips = resolve(bare, port);
+            if ips.is_empty() {
+                warnings.push(format!(
+                    "EMAIL_HOST {bare:?} does not resolve now; e-mail will fail until it does \
+                     and the host is restarted"
+                ));
+            }
+            for ip in ips {
+                let p = match ip {
+                    std::net::IpAddr::V4(v4) => format!("tcp://{v4}:{port}"),
+                    std::net::IpAddr::V6(v6) => format!("tcp://[{v6}]:{port}"),
+                };
+                if let Ok(p) = HostPattern::parse(&p) {
+                    if !out.contains(&p) {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,5 +403,36 @@ allowed_outbound_hosts = ["https://api.twilio.com", "{{ extra }}", "{{ empty }}"
         assert_eq!(raw, ["https://api.twilio.com", "http://127.0.0.1:8081"]);
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn gateways_from_settings() {
+        let mut w = Vec::new();
+        let resolve = |h: &str, _p: u16| {
+            assert_eq!(h, "smtp.example.com");
+            vec!["192.0.2.7".parse().unwrap()]
+        };
+        let got = gateway_patterns(
+            Some("http://127.0.0.1:8081"),
+            Some(("smtp.example.com", 587)),
+            &resolve,
+            &mut w,
+        );
+        let list = AllowList::new(got);
+        assert!(w.is_empty(), "{w:?}");
+        assert!(list.allows(&"http://127.0.0.1:8081/2010-04-01/x".parse().unwrap()));
+        assert!(!list.allows(&"http://127.0.0.1:8082/".parse().unwrap()));
+        assert!(list.allows_tcp(&"192.0.2.7:587".parse().unwrap()));
+        assert!(!list.allows_tcp(&"192.0.2.7:25".parse().unwrap()));
+        let got = gateway_patterns(
+            Some("https://api.twilio.com"),
+            Some(("127.0.0.1", 2525)),
+            &|_, _| panic!("no lookup for an IP"),
+            &mut w,
+        );
+        let list = AllowList::new(got);
+        assert!(list.allows(&"https://api.twilio.com/x".parse().unwrap()));
+        assert!(list.allows_tcp(&"127.0.0.1:2525".parse().unwrap()));
+        assert!(w.is_empty(), "{w:?}");
     }
 }

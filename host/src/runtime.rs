@@ -59,6 +59,8 @@ pub struct Shared {
     pub env: Vec<(String, String)>,
     /// Hosts the component may call.
     pub allow: Arc<AllowList>,
+    /// The connect-time SSRF check for outbound HTTP and TCP.
+    pub guard: Arc<crate::netguard::NetGuard>,
     /// Test hook (`TFA_CLOCK_OFFSET_MS`): how far ahead the component's
     /// wall clock runs; zero in normal use.
     pub clock_offset: Duration,
@@ -128,6 +130,7 @@ impl HostState {
     /// Fresh state for one request.
     pub fn new(shared: &Arc<Shared>) -> HostState {
         let allow = shared.allow.clone();
+        let guard = shared.guard.clone();
         let mut builder = WasiCtx::builder();
         if !shared.clock_offset.is_zero() {
             builder.wall_clock(OffsetClock(shared.clock_offset));
@@ -145,7 +148,21 @@ impl HostState {
             .socket_addr_check(move |addr, use_| {
                 use wasmtime_wasi::sockets::SocketAddrUse;
                 let ok = match use_ {
-                    SocketAddrUse::TcpConnect => allow.allows_tcp(&addr),
+                    // The address checked is the one connected to.
+                    SocketAddrUse::TcpConnect => {
+                        if !allow.allows_tcp(&addr) {
+                            eprintln!(
+                                "tfa-host: TCP connection to {addr} denied by allowed_outbound_hosts"
+                            );
+                            false
+                        } else if let Err(why) = guard.check(addr.ip(), allow.explicit_tcp(&addr))
+                        {
+                            eprintln!("tfa-host: TCP connection to {addr} denied: {why}");
+                            false
+                        } else {
+                            true
+                        }
+                    }
                     // The ephemeral local port a connect binds implicitly
                     // (checked as a bind of the unspecified address, port 0).
                     SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
@@ -160,6 +177,7 @@ impl HostState {
             table: ResourceTable::new(),
             hooks: OutboundHooks {
                 allow: shared.allow.clone(),
+                guard: shared.guard.clone(),
             },
             shared: shared.clone(),
         }
@@ -188,6 +206,7 @@ impl WasiHttpView for HostState {
 /// Outgoing HTTP: allowed hosts only, with default timeouts.
 pub struct OutboundHooks {
     allow: Arc<AllowList>,
+    guard: Arc<crate::netguard::NetGuard>,
 }
 
 type SendFuture = Box<
@@ -216,9 +235,7 @@ impl WasiHttpHooks for OutboundHooks {
                 uri.scheme_str().unwrap_or("?"),
                 uri.authority().map(|a| a.as_str()).unwrap_or("?")
             );
-            eprintln!(
-                "tfa-host: outbound request to {shown} denied (not in allowed_outbound_hosts)"
-            );
+            eprintln!("tfa-host: outbound request to {shown} denied by allowed_outbound_hosts");
             drop(fut);
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
@@ -228,14 +245,9 @@ impl WasiHttpHooks for OutboundHooks {
         opts.between_bytes_timeout
             .get_or_insert(BETWEEN_BYTES_TIMEOUT);
         drop(fut);
-        Box::new(async move {
-            use http_body_util::BodyExt;
-            let (res, io) = wasmtime_wasi_http::default_send_request(request, Some(opts)).await?;
-            Ok((
-                res.map(BodyExt::boxed_unsync),
-                Box::new(io) as Box<dyn std::future::Future<Output = _> + Send>,
-            ))
-        })
+        let explicit = self.allow.explicit(&uri);
+        let guard = self.guard.clone();
+        Box::new(crate::send::send(request, opts, guard, explicit))
     }
 }
 
@@ -743,6 +755,7 @@ mod tests {
                 .collect(),
             env: vec![],
             allow: Arc::new(AllowList::default()),
+            guard: Arc::default(),
             clock_offset: Duration::ZERO,
         });
         (HostState::new(&shared), dir)

@@ -178,6 +178,10 @@ fn describe(e: ErrorCode) -> String {
         ErrorCode::DnsError(_) => "DNS lookup failed".into(),
         ErrorCode::HttpRequestDenied => "denied by the host's outbound policy".into(),
         ErrorCode::TlsCertificateError => "TLS certificate not trusted".into(),
+        ErrorCode::DestinationIpProhibited => "destination address blocked by the host".into(),
+        // The local host's connect-time check puts its reason here
+        // ("blocked network 10.0.0.5 (...)").
+        ErrorCode::InternalError(Some(msg)) => msg,
         other => format!("{other:?}"),
     }
 }

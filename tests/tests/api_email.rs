@@ -258,3 +258,27 @@ fn refused_and_silent_smtp_servers_fail_cleanly_and_cost_nothing() {
     );
     assert!(r.data()["accessToken"].is_string(), "{}", r.json());
 }
+
+/// Issue #14: EMAIL_HOST/EMAIL_PORT alone are enough; the local host adds
+/// `tcp://EMAIL_HOST:EMAIL_PORT` to its allow-list (under Spin the manifest's
+/// `email_outbound_host` variable must still name it, so local host only).
+#[test]
+fn email_codes_with_only_the_email_settings() {
+    if e2e::procs::runtime() != e2e::procs::Runtime::Local {
+        return;
+    }
+    let server = SmtpServer::start(&["--tls", "none"]);
+    let mut env = email_settings(server.port, &[]);
+    env.retain(|(k, _)| k != "ALLOWED_OUTBOUND_HOSTS");
+    let host = Host::start(HostOptions {
+        env,
+        ..Default::default()
+    });
+    assert!(
+        host.output()
+            .contains(&format!("tcp://127.0.0.1:{}", server.port)),
+        "the effective allow-list is logged at start:\n{}",
+        host.output()
+    );
+    enrol_and_log_in(&host, &server, "emil");
+}

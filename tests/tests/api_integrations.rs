@@ -398,3 +398,31 @@ fn webhook_retries_survive_restarts_until_delivered() {
     let d = deliveries_after(c, &u.access, &dead, 1);
     assert_eq!(d["status"], "pending", "{d}");
 }
+
+/// Issue #14: the TWILIO_* settings alone are enough; the local host adds
+/// the TWILIO_API_BASE to its allow-list without ALLOWED_OUTBOUND_HOSTS
+/// (under Spin the manifest's `extra_outbound_host` must still name a
+/// non-default base, so local host only).
+#[test]
+fn sms_with_only_the_twilio_settings() {
+    if e2e::procs::runtime() != e2e::procs::Runtime::Local {
+        return;
+    }
+    let twilio = FakeServer::start();
+    let mut env = twilio_env(&twilio.base());
+    env.retain(|(k, _)| k != "ALLOWED_OUTBOUND_HOSTS");
+    let host = Host::start(HostOptions {
+        env,
+        ..Default::default()
+    });
+    let c = &host.client;
+    let u = register(c, "sly");
+    let r = c.post(
+        "/api/2fa/sms/setup",
+        &json!({ "phoneNumber": "+15551234567" }),
+        Some(&u.access),
+    );
+    assert_eq!(r.status, 200, "{}\n{}", r.json(), host.output());
+    let got = twilio.wait_for(1, Duration::from_secs(10));
+    assert!(!body_code(&got[0]).is_empty());
+}

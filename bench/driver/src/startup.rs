@@ -50,6 +50,7 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
         variables: Default::default(),
         env: Vec::new(),
         allow: Arc::new(outbound::AllowList::new(Vec::new())),
+        guard: Arc::default(),
         clock_offset: std::time::Duration::ZERO,
     });
 
