@@ -172,6 +172,60 @@ for f in "${files[@]}"; do
   fi
 done
 
+# block_networks (runtime-config.sqlite.toml, as in the Redis file and the
+# SpinKube manifest): a webhook to a loopback receiver that spin.toml and
+# WEBHOOK_ALLOW_PRIVATE both allow is delivered without the runtime config,
+# and refused by Spin after name resolution with it (nothing reaches the
+# receiver; the delivery log says why). Bounded waits, 127.0.0.1 only.
+block_networks_check() { # $1: runtime config file or "none"; prints the delivery
+  local rport port sd rpid spid b tok hid i out
+  read -r rport port < <(python3 -c 'import socket
+s=[socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1",0)) for x in s]
+print(*[x.getsockname()[1] for x in s])')
+  : > "$logs/receiver.log"
+  python3 -c 'import http.server,sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length",0)))
+        print("GOT",self.path,flush=True); self.send_response(200); self.end_headers()
+    def log_message(self,*a): pass
+http.server.HTTPServer(("127.0.0.1",int(sys.argv[1])),H).serve_forever()' "$rport" >> "$logs/receiver.log" 2>&1 &
+  rpid=$!
+  mkdir -p "$PWD/target/e2e-scratch"
+  sd="$(mktemp -d "$PWD/target/e2e-scratch/spin-block-XXXXXX")"
+  local rc=(); [ "$1" != none ] && rc=(--runtime-config-file "$1")
+  SPIN_VARIABLE_WEBHOOK_ALLOW_PRIVATE=true SPIN_VARIABLE_EXTRA_OUTBOUND_HOST="http://127.0.0.1:$rport" \
+    setsid "$SPIN_BIN" up --from spin.toml --listen "127.0.0.1:$port" --state-dir "$sd" "${rc[@]}" \
+    > "$logs/spin-block-$(basename "$1").log" 2>&1 &
+  spid=$!
+  b="http://127.0.0.1:$port/api"
+  for i in $(seq 1 120); do curl -sf -m 1 "$b/health" >/dev/null && break; sleep 0.5; done
+  tok=$(curl -s -m 10 -X POST "$b/auth/register" -H 'content-type: application/json' \
+    -d '{"email":"block@example.com","username":"block","password":"Str0ng!Passw0rd#"}' \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"]["accessToken"])')
+  hid=$(curl -s -m 10 -X POST "$b/webhooks" -H "authorization: Bearer $tok" -H 'content-type: application/json' \
+    -d "{\"url\":\"http://127.0.0.1:$rport/hook\",\"events\":[\"user.login\"]}" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"]["id"])')
+  curl -s -m 10 -X POST "$b/webhooks/$hid/test" -H "authorization: Bearer $tok" -H 'content-type: application/json' -d '{}' >/dev/null
+  out=""
+  for i in $(seq 1 40); do
+    out=$(curl -s -m 10 "$b/webhooks/$hid/deliveries" -H "authorization: Bearer $tok" \
+      | python3 -c 'import json,sys; d=json.load(sys.stdin)["data"]["deliveries"][0]; a=d["attempts"]; print(d["status"], a[0]["statusCode"] or "no-status", a[0]["error"] or "") if a else print("waiting")')
+    case "$out" in waiting|"") sleep 0.25 ;; *) break ;; esac
+  done
+  kill -- "-$spid" 2>/dev/null || true; kill "$rpid" 2>/dev/null || true
+  wait "$spid" "$rpid" 2>/dev/null || true
+  echo "$out | receiver: $(grep -c GOT "$logs/receiver.log" || true) request(s)"
+}
+step "block_networks: a loopback webhook without and with runtime-config.sqlite.toml"
+open_result="$(block_networks_check none)"
+echo "without block_networks: $open_result"
+blocked_result="$(block_networks_check runtime-config.sqlite.toml)"
+echo "with block_networks:    $blocked_result"
+case "$open_result" in "succeeded 200 "*"receiver: 1 request(s)") ;; *) failed+=("block_networks control (delivery without it)") ;; esac
+case "$blocked_result" in "pending no-status "*"blocked by the host"*"receiver: 0 request(s)") ;; *) failed+=("block_networks (delivery refused by Spin)") ;; esac
+
 step "summary (full logs in $logs)"
 for f in "${files[@]}"; do
   [ -n "$f" ] || continue
