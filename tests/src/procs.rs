@@ -298,20 +298,30 @@ impl Host {
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().expect("the host starts");
+        let child = cmd.spawn().expect("the host starts");
+        let mut host = Host::spawned(child, port, data_dir, None);
+        host.wait_ready(Duration::from_secs(180));
+        host
+    }
+
+    /// A host around a process just spawned with piped output.
+    fn spawned(
+        mut child: Child,
+        port: u16,
+        data_dir: PathBuf,
+        spin_logs: Option<SpinLogs>,
+    ) -> Host {
         let output = Arc::new(Mutex::new(String::new()));
         pump(child.stdout.take().expect("stdout"), output.clone());
         pump(child.stderr.take().expect("stderr"), output.clone());
-        let mut host = Host {
+        Host {
             child: Some(child),
             port,
             client: Client::new(port),
             data_dir,
             output,
-            spin_logs: None,
-        };
-        host.wait_ready(Duration::from_secs(180));
-        host
+            spin_logs,
+        }
     }
 
     /// Under Spin: `SPIN_BIN up --from <repo>/spin.toml --listen
@@ -386,20 +396,10 @@ impl Host {
             cmd.env(k, v);
         }
         let spin_logs = SpinLogs::new(&data_dir);
-        let mut child = cmd
+        let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("{} up: {e}", spin.display()));
-        let output = Arc::new(Mutex::new(String::new()));
-        pump(child.stdout.take().expect("stdout"), output.clone());
-        pump(child.stderr.take().expect("stderr"), output.clone());
-        let mut host = Host {
-            child: Some(child),
-            port,
-            client: Client::new(port),
-            data_dir,
-            output,
-            spin_logs: Some(spin_logs),
-        };
+        let mut host = Host::spawned(child, port, data_dir, Some(spin_logs));
         host.wait_ready(Duration::from_secs(300));
         if opts.kv_url.is_some() {
             // Spin names the store it opened; a runtime-config file it did
