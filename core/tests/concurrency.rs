@@ -289,32 +289,10 @@ fn one_backup_code_used_from_clocks_on_both_sides_of_a_lease_boundary_succeeds_o
     // the caller's clock; callers in neighbouring periods must still
     // exclude each other.
     let (mut h, store, service) = shared_harness();
-    let resp = h.call(post(
-        "/auth/register",
-        json!({ "email": "erin@example.com", "username": "erin", "password": PASSWORD }),
-    ));
-    let access = data(&resp)["accessToken"].as_str().unwrap().to_string();
-    let setup = data(&h.call(bearer(post("/2fa/totp/setup", json!({})), &access)));
-    let secret = setup["secret"].as_str().unwrap().to_string();
-    let code = setup["backupCodes"][3].as_str().unwrap().to_string();
-    h.call(bearer(
-        post(
-            "/2fa/totp/verify-setup",
-            json!({ "code": totp_code(&secret, h.now_ms / 1000) }),
-        ),
-        &access,
-    ));
+    let user = register(&mut h, "erin");
+    let (_, backups) = enable_totp(&mut h, &user);
     let temps: Vec<String> = (0..16)
-        .map(|i| {
-            let resp = h.call(
-                post(
-                    "/auth/login",
-                    json!({ "emailOrUsername": "erin", "password": PASSWORD }),
-                )
-                .peer(&format!("10.11.0.{i}")),
-            );
-            data(&resp)["tempToken"].as_str().unwrap().to_string()
-        })
+        .map(|i| temp_token(&mut h, &user, &format!("10.11.0.{i}")))
         .collect();
     let boundary = (h.now_ms / LEASE_MS + 1) * LEASE_MS;
     let reqs = temps
@@ -324,7 +302,7 @@ fn one_backup_code_used_from_clocks_on_both_sides_of_a_lease_boundary_succeeds_o
             let now = if i % 2 == 0 { boundary - 1 } else { boundary };
             let req = post(
                 "/2fa/verify-backup-code",
-                json!({ "tempToken": t, "backupCode": code }),
+                json!({ "tempToken": t, "backupCode": backups[3] }),
             )
             .peer(&format!("10.12.0.{i}"));
             (now, req)
@@ -351,15 +329,10 @@ fn a_session_ended_while_it_is_refreshed_stays_ended() {
     // refresh that read it just before cannot write it back.
     for round in 0..10 {
         let (mut h, store, service) = shared_harness();
-        let resp = h.call(post(
-            "/auth/register",
-            json!({ "email": format!("fay{round}@example.com"), "username": format!("fay{round}"), "password": PASSWORD }),
-        ));
-        let refresh = data(&resp)["refreshToken"].as_str().unwrap().to_string();
-        let access = data(&resp)["accessToken"].as_str().unwrap().to_string();
+        let user = register(&mut h, &format!("fay{round}"));
         let reqs = vec![
-            post("/auth/refresh", json!({ "refreshToken": refresh })).peer("10.13.0.1"),
-            bearer(post("/auth/logout", json!({})), &access).peer("10.13.0.2"),
+            post("/auth/refresh", json!({ "refreshToken": user.refresh })).peer("10.13.0.1"),
+            bearer(post("/auth/logout", json!({})), &user.access).peer("10.13.0.2"),
         ];
         let responses = concurrently(&service, &store, h.now_ms, reqs);
         assert_eq!(responses[1].status, 200, "logout answers 200");

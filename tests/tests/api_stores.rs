@@ -235,12 +235,18 @@ fn race(
         .collect()
 }
 
-fn statuses(results: &[e2e::client::Resp]) -> String {
-    results
+/// The one answer with `status` among `results`; fails when any answer is a
+/// 5xx or when not exactly one has `status` (printing them all).
+fn one_winner(results: &[e2e::client::Resp], status: u16) -> &e2e::client::Resp {
+    let all = results
         .iter()
         .map(|r| format!("{} {}", r.status, String::from_utf8_lossy(&r.body)))
         .collect::<Vec<_>>()
-        .join("\n")
+        .join("\n");
+    assert!(results.iter().all(|r| r.status < 500), "no 5xx:\n{all}");
+    let winners: Vec<_> = results.iter().filter(|r| r.status == status).collect();
+    assert_eq!(winners.len(), 1, "exactly one {status}:\n{all}");
+    winners[0]
 }
 
 #[test]
@@ -248,20 +254,7 @@ fn concurrent_uses_of_one_backup_code_over_two_hosts_give_one_success() {
     let redis = Redis::start();
     let (a, b) = two_hosts_on_one_redis(&redis);
     let (ca, cb) = (a.client.clone(), b.client.clone());
-    let r = post_as(
-        &ca,
-        "10.60.0.1",
-        "/api/auth/register",
-        &json!({ "email": "bea@example.com", "username": "bea", "password": PASSWORD }),
-    );
-    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
-    let d = r.data();
-    let u = User {
-        id: d["user"]["id"].as_str().unwrap().to_string(),
-        email: "bea@example.com".into(),
-        access: d["accessToken"].as_str().unwrap().to_string(),
-        refresh: d["refreshToken"].as_str().unwrap().to_string(),
-    };
+    let u = register(&ca, "bea");
     let (_, backups, _) = enable_totp(&ca, &u);
     // One temp token per racer, each from an address of its own (logins
     // are limited per IP), alternately from either host.
@@ -284,11 +277,7 @@ fn concurrent_uses_of_one_backup_code_over_two_hosts_give_one_success() {
         })
         .collect();
     let results = race(requests);
-    let all = statuses(&results);
-    assert!(results.iter().all(|r| r.status < 500), "no 5xx:\n{all}");
-    let ok: Vec<_> = results.iter().filter(|r| r.status == 200).collect();
-    assert_eq!(ok.len(), 1, "exactly one success:\n{all}");
-    assert_eq!(ok[0].data()["remainingCodes"], 9);
+    assert_eq!(one_winner(&results, 200).data()["remainingCodes"], 9);
     for r in results.iter().filter(|r| r.status != 200) {
         if r.status == 429 {
             // The per-account lock after repeated failures.
@@ -323,14 +312,11 @@ fn concurrent_registrations_of_one_email_over_two_hosts_give_one_user() {
         })
         .collect();
     let results = race(requests);
-    let all = statuses(&results);
-    assert!(results.iter().all(|r| r.status < 500), "no 5xx:\n{all}");
-    let created: Vec<_> = results.iter().filter(|r| r.status == 201).collect();
-    assert_eq!(created.len(), 1, "exactly one 201:\n{all}");
+    let created = one_winner(&results, 201);
     for r in results.iter().filter(|r| r.status != 201) {
         r.assert_error(409, "Email already registered");
     }
-    let winner = created[0].data()["user"]["username"]
+    let winner = created.data()["user"]["username"]
         .as_str()
         .unwrap()
         .to_string();
