@@ -20,10 +20,16 @@ const STORE_LABEL: &str = "default";
 #[http_component]
 async fn handle(req: IncomingRequest, out: ResponseOutparam) {
     // 1–2. Settings.
-    let settings = util::collect_settings(
+    let mut settings = util::collect_settings(
         tfa_core::config::SETTING_NAMES,
         |name| spin_sdk::variables::get(name).ok(),
         |name| std::env::var(name).ok(),
+    );
+    let smtp_address = util::smtp_address(
+        &mut settings,
+        spin_sdk::variables::get("email_outbound_host")
+            .ok()
+            .as_deref(),
     );
     let config = match Config::from_map(&settings) {
         Ok(c) => c,
@@ -59,7 +65,8 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
             match step {
                 Step::Respond(reply) => break reply,
                 Step::Deliver(delivery, pending) => {
-                    let result = deliver(delivery, email_ca.as_deref(), &mut rng).await;
+                    let result =
+                        deliver(delivery, email_ca.as_deref(), smtp_address, &mut rng).await;
                     if let Err(e) = &result {
                         eprintln!("tfa: delivery failed: {}", e.0);
                     }
@@ -211,11 +218,14 @@ async fn send(out: ResponseOutparam, mut response: Response) {
 async fn deliver(
     delivery: Delivery,
     email_ca: Option<&str>,
+    smtp_address: Option<std::net::SocketAddr>,
     rng: &mut WasiRng,
 ) -> Result<(), DeliveryError> {
     match delivery {
         Delivery::Sms(call) => send_http(call).await,
-        Delivery::Email(message) => crate::smtp::send(&message, email_ca, &stamp(rng)),
+        Delivery::Email(message) => {
+            crate::smtp::send(&message, email_ca, smtp_address, &stamp(rng))
+        }
     }
 }
 

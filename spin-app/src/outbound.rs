@@ -56,7 +56,7 @@ fn send_inner(call: &HttpCall) -> Result<Answer, String> {
         .body()
         .map_err(|()| "request body already taken".to_string())?;
     let future = outgoing_handler::handle(request, Some(options()?)).map_err(describe)?;
-    {
+    let written = (|| {
         let stream = body
             .write()
             .map_err(|()| "request body stream already taken".to_string())?;
@@ -65,6 +65,16 @@ fn send_inner(call: &HttpCall) -> Result<Answer, String> {
                 .blocking_write_and_flush(chunk)
                 .map_err(|e| stream_error("writing the request body", e))?;
         }
+        Ok::<(), String>(())
+    })();
+    if let Err(write_error) = written {
+        future.subscribe().block();
+        // A host that refuses the call (allow-list, blocked network) closes
+        // the body stream; its answer says why, so it wins.
+        return Err(match future.get() {
+            Some(Ok(Err(e))) => describe(e),
+            _ => write_error,
+        });
     }
     OutgoingBody::finish(body, None).map_err(describe)?;
     future.subscribe().block();
@@ -176,7 +186,7 @@ fn describe(e: ErrorCode) -> String {
         ErrorCode::ConnectionWriteTimeout => "timed out sending the request".into(),
         ErrorCode::DnsTimeout => "DNS lookup timed out".into(),
         ErrorCode::DnsError(_) => "DNS lookup failed".into(),
-        ErrorCode::HttpRequestDenied => "denied by the host's outbound policy".into(),
+        ErrorCode::HttpRequestDenied => "denied by allowed_outbound_hosts".into(),
         ErrorCode::TlsCertificateError => "TLS certificate not trusted".into(),
         ErrorCode::DestinationIpProhibited => "destination address blocked by the host".into(),
         // The local host's connect-time check puts its reason here

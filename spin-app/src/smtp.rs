@@ -3,8 +3,10 @@
 //!
 //! # What it does
 //! - Opens a TCP connection with `wasi:sockets` (the `wasi` crate's
-//!   bindings): the host name is resolved with `wasi:sockets/ip-name-lookup`
-//!   (an IP literal is used as is), then each address is tried in turn.
+//!   bindings): to the address the caller gives (under Spin, the IP of the
+//!   `email_outbound_host` variable, see [`crate::util::smtp_address`]),
+//!   else to `EMAIL_HOST` resolved with `wasi:sockets/ip-name-lookup` (an IP
+//!   literal is used as is), trying each address in turn.
 //! - Bounds every step: resolving, connecting, each read and each write
 //!   waits at most [`STEP_TIMEOUT_NS`] (10 s), and the whole delivery at
 //!   most [`SESSION_TIMEOUT_NS`] (30 s) (`wasi:io/poll` on the socket's pollable and a
@@ -20,19 +22,20 @@
 //! # What it does not do
 //! No connection reuse, no retries, no certificate revocation checks.
 //! Whether the component may connect at all is the host's decision:
-//! `spin.toml` must allow `tcp://EMAIL_HOST:EMAIL_PORT` (see the comment
-//! there), and a host that denies `ip-name-lookup` needs an IP literal in
-//! `EMAIL_HOST`.
+//! `spin.toml` must allow the server's `tcp://IP:PORT` (variable
+//! `email_outbound_host`). Spin 4.x denies `ip-name-lookup` and checks the
+//! connected address, so under Spin the server is always reached by that IP;
+//! `EMAIL_HOST` is then only the TLS server name.
 //!
 //! # How the component uses it
 //! 1. `component.rs` gets a `Delivery::Email` from core.
-//! 2. It calls [`send`] with the message, the extra CA from the settings and
-//!    a [`Stamp`] (wall-clock seconds and 32 bytes from `wasi:random`).
+//! 2. It calls [`send`] with the message, the extra CA from the settings,
+//!    the server's address if the manifest names one, and a [`Stamp`] (wall-clock seconds and 32 bytes from `wasi:random`).
 //! 3. [`send`] connects, runs the session, and returns `Ok(())` once the
 //!    server has accepted the message.
 
 use std::io::{self, Read, Write};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
@@ -64,6 +67,7 @@ const MAX_ADDRESSES: usize = 4;
 pub fn send(
     message: &EmailMessage,
     extra_ca_pem: Option<&str>,
+    address: Option<SocketAddr>,
     stamp: &Stamp,
 ) -> Result<(), DeliveryError> {
     let target = format!("{}:{}", message.host, message.port);
@@ -72,8 +76,16 @@ pub fn send(
         .map_err(|e| fail(e.to_string()))?;
     let config = tls_config(extra_ca_pem).map_err(fail)?;
     let deadline = monotonic_clock::now().saturating_add(SESSION_TIMEOUT_NS);
-    let socket = WasiTcp::connect(&message.host, message.port, deadline)
-        .map_err(|e| fail(format!("connect: {e}")))?;
+    let socket = match address {
+        Some(a) => WasiTcp::connect_one(
+            &instance_network::instance_network(),
+            ip_address(a.ip()),
+            a.port(),
+            deadline,
+        ),
+        None => WasiTcp::connect(&message.host, message.port, deadline),
+    }
+    .map_err(|e| fail(format!("connect: {e}")))?;
     let conn = match message.tls {
         SmtpTls::Implicit => Conn::Tls(Box::new(handshake(socket, &config, &message.host)?)),
         SmtpTls::StartTlsIfOffered => Conn::Plain(socket),
@@ -299,20 +311,25 @@ impl WasiTcp {
     }
 }
 
+/// `ip` in `wasi:sockets` form.
+fn ip_address(ip: IpAddr) -> IpAddress {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, c, d] = v4.octets();
+            IpAddress::Ipv4((a, b, c, d))
+        }
+        IpAddr::V6(v6) => {
+            let [a, b, c, d, e, f, g, h] = v6.segments();
+            IpAddress::Ipv6((a, b, c, d, e, f, g, h))
+        }
+    }
+}
+
 /// The addresses of `host`: an IP literal as is, else `ip-name-lookup`.
 fn resolve(network: &Network, host: &str, deadline: u64) -> io::Result<Vec<IpAddress>> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     if let Ok(ip) = bare.parse::<IpAddr>() {
-        return Ok(vec![match ip {
-            IpAddr::V4(v4) => {
-                let [a, b, c, d] = v4.octets();
-                IpAddress::Ipv4((a, b, c, d))
-            }
-            IpAddr::V6(v6) => {
-                let [a, b, c, d, e, f, g, h] = v6.segments();
-                IpAddress::Ipv6((a, b, c, d, e, f, g, h))
-            }
-        }]);
+        return Ok(vec![ip_address(ip)]);
     }
     let stream = ip_name_lookup::resolve_addresses(network, bare)
         .map_err(|e| sock_err(&format!("resolve {bare}"), e))?;

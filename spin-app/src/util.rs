@@ -30,6 +30,43 @@ pub fn collect_settings(
     map
 }
 
+/// The SMTP server's address from the manifest variable `email_outbound_host`
+/// (`tcp://IP:PORT`, the entry `spin.toml` adds to `allowed_outbound_hosts`).
+///
+/// Spin 4.x gives components no name lookup (`ip-name-lookup` answers
+/// `permanent-resolver-failure`) and checks a TCP connect by the *address*,
+/// so an SMTP server is reachable under Spin only by an IP that this entry
+/// allows. When the entry holds an IP literal:
+/// - with neither `EMAIL_HOST` nor `EMAIL_SERVICE` set, it is the server:
+///   `EMAIL_HOST` (and `EMAIL_PORT`, if unset) are taken from it, so this one
+///   variable (plus `EMAIL_FROM`) is enough;
+/// - the component connects to that address whatever `EMAIL_HOST` says;
+///   `EMAIL_HOST` stays the name checked in the server's TLS certificate.
+///
+/// Anything else (unset, the manifest's `tcp://smtp.invalid:587` default, a
+/// name, a range or wildcard) changes nothing and gives `None`.
+pub fn smtp_address(
+    settings: &mut BTreeMap<String, String>,
+    entry: Option<&str>,
+) -> Option<std::net::SocketAddr> {
+    let rest = entry?.trim().strip_prefix("tcp://")?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let (host, port) = rest.rsplit_once(':')?;
+    let port: u16 = port.parse().ok().filter(|p| *p != 0)?;
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+    let ip: std::net::IpAddr = match bare {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().ok()?.into(),
+        None => host.parse::<std::net::Ipv4Addr>().ok()?.into(),
+    };
+    if !settings.contains_key("EMAIL_HOST") && !settings.contains_key("EMAIL_SERVICE") {
+        settings.insert("EMAIL_HOST".into(), ip.to_string());
+        settings
+            .entry("EMAIL_PORT".into())
+            .or_insert_with(|| port.to_string());
+    }
+    Some(std::net::SocketAddr::new(ip, port))
+}
+
 /// The IP of a `host:port` peer address (`[v6]:port`, `v4:port`, or a bare
 /// address without port).
 pub fn strip_port(addr: &str) -> String {
@@ -125,6 +162,41 @@ mod tests {
         assert_eq!(m.get("C").map(String::as_str), Some("env-c"));
         assert!(!m.contains_key("D"));
         assert!(!m.contains_key("E"));
+    }
+
+    #[test]
+    fn the_smtp_address_comes_from_an_ip_entry_only() {
+        let mut none = BTreeMap::new();
+        for entry in [
+            None,
+            Some("tcp://smtp.invalid:587"),
+            Some("tcp://smtp.example.com:587"),
+            Some("tcp://10.0.0.0/8:587"),
+            Some("tcp://*:587"),
+            Some("tcp://127.0.0.1:*"),
+            Some("tcp://127.0.0.1:0"),
+            Some("tcp://127.0.0.1"),
+            Some("http://127.0.0.1:25"),
+            Some("tcp://::1:25"),
+        ] {
+            assert_eq!(smtp_address(&mut none, entry), None, "{entry:?}");
+        }
+        assert!(none.is_empty());
+
+        // Alone, it is the server.
+        let mut alone = BTreeMap::new();
+        let a = smtp_address(&mut alone, Some(" tcp://203.0.113.7:2525 "));
+        assert_eq!(a, Some("203.0.113.7:2525".parse().unwrap()));
+        assert_eq!(alone["EMAIL_HOST"], "203.0.113.7");
+        assert_eq!(alone["EMAIL_PORT"], "2525");
+
+        // Beside EMAIL_HOST (or a preset), only the address to connect to.
+        for key in ["EMAIL_HOST", "EMAIL_SERVICE"] {
+            let mut named = BTreeMap::from([(key.to_string(), "smtp.example.com".to_string())]);
+            let a = smtp_address(&mut named, Some("tcp://[2001:db8::7]:465"));
+            assert_eq!(a, Some("[2001:db8::7]:465".parse().unwrap()));
+            assert_eq!(named.len(), 1, "{named:?}");
+        }
     }
 
     #[test]

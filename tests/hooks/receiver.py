@@ -47,6 +47,7 @@ def main():
     ap.add_argument("--dir", required=True)
     ap.add_argument("--name", required=True)
     ap.add_argument("--bind", default="127.0.0.2")
+    ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--lifetime", type=float, default=120)
     a = ap.parse_args()
     context = make_certificates(a.dir, a.name)
@@ -71,7 +72,11 @@ def main():
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer((a.bind, 0), Handler)
+    try:
+        server = http.server.ThreadingHTTPServer((a.bind, a.port), Handler)
+    except OSError as e:
+        print("BIND-FAILED", e, flush=True)
+        sys.exit(1)
     server.socket = context.wrap_socket(server.socket, server_side=True)
     threading.Timer(a.lifetime, server.shutdown).start()
     print("PORT", server.server_address[1], flush=True)

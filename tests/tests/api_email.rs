@@ -259,26 +259,67 @@ fn refused_and_silent_smtp_servers_fail_cleanly_and_cost_nothing() {
     assert!(r.data()["accessToken"].is_string(), "{}", r.json());
 }
 
-/// Issue #14: EMAIL_HOST/EMAIL_PORT alone are enough; the local host adds
-/// `tcp://EMAIL_HOST:EMAIL_PORT` to its allow-list (under Spin the manifest's
-/// `email_outbound_host` variable must still name it, so local host only).
+/// Issue #14: the server's own settings alone are enough, no
+/// `ALLOWED_OUTBOUND_HOSTS`. Local host: `EMAIL_HOST`/`EMAIL_PORT`/
+/// `EMAIL_FROM`; it adds `tcp://EMAIL_HOST:EMAIL_PORT` to its allow-list and
+/// logs the effective list at start. Spin: the manifest's one SMTP variable
+/// `email_outbound_host` (`tcp://IP:PORT`, which is also the allow-list
+/// entry) plus `EMAIL_FROM`; the component takes the server from it.
 #[test]
 fn email_codes_with_only_the_email_settings() {
-    if e2e::procs::runtime() != e2e::procs::Runtime::Local {
-        return;
-    }
     let server = SmtpServer::start(&["--tls", "none"]);
-    let mut env = email_settings(server.port, &[]);
-    env.retain(|(k, _)| k != "ALLOWED_OUTBOUND_HOSTS");
+    let from = (
+        "EMAIL_FROM".to_string(),
+        "Example 2FA <no-reply@example.com>".to_string(),
+    );
+    let env = match e2e::procs::runtime() {
+        e2e::procs::Runtime::Local => {
+            let mut env = email_settings(server.port, &[]);
+            env.retain(|(k, _)| k != "ALLOWED_OUTBOUND_HOSTS");
+            env
+        }
+        // The harness passes a tcp:// entry as `email_outbound_host`.
+        e2e::procs::Runtime::Spin => vec![
+            (
+                "ALLOWED_OUTBOUND_HOSTS".to_string(),
+                format!("tcp://127.0.0.1:{}", server.port),
+            ),
+            from,
+        ],
+    };
     let host = Host::start(HostOptions {
         env,
         ..Default::default()
     });
-    assert!(
-        host.output()
-            .contains(&format!("tcp://127.0.0.1:{}", server.port)),
-        "the effective allow-list is logged at start:\n{}",
-        host.output()
-    );
+    if e2e::procs::runtime() == e2e::procs::Runtime::Local {
+        assert!(
+            host.output()
+                .contains(&format!("tcp://127.0.0.1:{}", server.port)),
+            "the effective allow-list is logged at start:\n{}",
+            host.output()
+        );
+    }
     enrol_and_log_in(&host, &server, "emil");
+}
+
+/// Issue #14: a server known by name, over STARTTLS. Spin 4.x gives the
+/// component no name lookup, so there the component connects to the IP of
+/// `email_outbound_host` and checks the certificate against `EMAIL_HOST`;
+/// the local host resolves the name itself. The same settings work on both.
+#[test]
+fn email_to_a_server_known_by_name() {
+    let server = SmtpServer::start(&["--tls", "starttls"]);
+    let ca = server.ca_pem();
+    let mut env = email_settings(server.port, &[("EMAIL_TLS_CA_PEM", &ca)]);
+    for (k, v) in env.iter_mut() {
+        if k == "EMAIL_HOST" {
+            *v = "localhost".into();
+        }
+    }
+    let host = Host::start(HostOptions {
+        env,
+        ..Default::default()
+    });
+    let meta = enrol_and_log_in(&host, &server, "nomen");
+    assert_eq!(meta["tls"], true, "STARTTLS was used");
 }

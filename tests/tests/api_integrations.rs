@@ -399,15 +399,12 @@ fn webhook_retries_survive_restarts_until_delivered() {
     assert_eq!(d["status"], "pending", "{d}");
 }
 
-/// Issue #14: the TWILIO_* settings alone are enough; the local host adds
-/// the TWILIO_API_BASE to its allow-list without ALLOWED_OUTBOUND_HOSTS
-/// (under Spin the manifest's `extra_outbound_host` must still name a
-/// non-default base, so local host only).
+/// Issue #14: the TWILIO_* settings alone are enough, no
+/// ALLOWED_OUTBOUND_HOSTS: the local host adds TWILIO_API_BASE to its
+/// allow-list; under Spin the variable `twilio_api_base` is itself an entry
+/// of `allowed_outbound_hosts`.
 #[test]
 fn sms_with_only_the_twilio_settings() {
-    if e2e::procs::runtime() != e2e::procs::Runtime::Local {
-        return;
-    }
     let twilio = FakeServer::start();
     let mut env = twilio_env(&twilio.base());
     env.retain(|(k, _)| k != "ALLOWED_OUTBOUND_HOSTS");

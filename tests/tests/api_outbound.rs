@@ -30,21 +30,24 @@ struct Receiver {
 
 impl Receiver {
     fn start() -> Receiver {
-        let dir = std::env::temp_dir().join(format!("tfa-hook-receiver-{}", std::process::id()));
+        Self::start_on("127.0.0.2", 0, "hook.test,flip.test").expect("receiver")
+    }
+
+    /// Starts the receiver on `bind:port` for the comma-separated `names`;
+    /// `Err` with the reason when it cannot bind.
+    fn start_on(bind: &str, port: u16, names: &str) -> Result<Receiver, String> {
+        let dir = std::env::temp_dir().join(format!(
+            "tfa-hook-receiver-{}-{bind}-{port}",
+            std::process::id()
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("receiver dir");
         let mut child = Command::new(e2e::smtp::python())
             .arg(e2e::root().join("tests/hooks/receiver.py"))
             .arg("--dir")
             .arg(&dir)
-            .args([
-                "--name",
-                "hook.test,flip.test",
-                "--bind",
-                "127.0.0.2",
-                "--lifetime",
-                "120",
-            ])
+            .args(["--name", names, "--bind", bind, "--lifetime", "120"])
+            .args(["--port", &port.to_string()])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -53,12 +56,17 @@ impl Receiver {
         BufReader::new(child.stdout.take().expect("stdout"))
             .read_line(&mut line)
             .expect("receiver output");
-        let port = line
+        let Some(port) = line
             .trim()
             .strip_prefix("PORT ")
             .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("receiver did not start: {line:?}"));
-        Receiver { child, port, dir }
+        else {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(format!("receiver did not start: {line:?}"));
+        };
+        Ok(Receiver { child, port, dir })
     }
 
     fn requests(&self) -> Vec<String> {
@@ -229,4 +237,61 @@ fn webhooks_to_unlisted_names_and_the_connect_time_block_list() {
         host.output()
     );
     assert_eq!(rx.requests().len(), 3, "{:?}", rx.requests());
+}
+
+/// The shipped `spin.toml` alone (no `ALLOWED_OUTBOUND_HOSTS`): its
+/// `https://*:443` entry lets a webhook reach a customer's name on port 443,
+/// and a URL on another port is denied by the allow-list, with that reason
+/// in the delivery log. The receiver binds 127.0.0.3:443, which needs root
+/// (or CAP_NET_BIND_SERVICE); without it the test says so and returns.
+#[test]
+fn the_manifest_alone_allows_webhooks_on_443() {
+    if e2e::procs::runtime() != e2e::procs::Runtime::Local {
+        return;
+    }
+    let name = "hooks.customer.example";
+    let rx = match Receiver::start_on("127.0.0.3", 443, name) {
+        Ok(rx) => rx,
+        Err(e) => {
+            eprintln!("SKIPPED the_manifest_alone_allows_webhooks_on_443: cannot bind 127.0.0.3:443 ({e})");
+            return;
+        }
+    };
+    let host = Host::start(HostOptions {
+        env: vec![
+            ("TFA_TEST_HOOKS".into(), "1".into()),
+            (
+                "TFA_TEST_RESOLVE".into(),
+                format!("{name}:443:127.0.0.3,{name}:8443:127.0.0.3"),
+            ),
+            ("TFA_TEST_PUBLIC_ADDRS".into(), "127.0.0.3".into()),
+            (
+                "TFA_TEST_CA_FILE".into(),
+                rx.dir.join("ca.pem").display().to_string(),
+            ),
+        ],
+        ..Default::default()
+    });
+    assert!(
+        host.output().contains("https://*:443"),
+        "the effective allow-list, logged at start, has the manifest's wildcard:\n{}",
+        host.output()
+    );
+    let c = &host.client;
+    let u = register(c, "wilma");
+    let (id, d) = hook_and_test(c, &u.access, &format!("https://{name}/hook"));
+    let got = delivery(c, &u.access, &id, &d);
+    assert_eq!(
+        got["attempts"][0]["statusCode"],
+        200,
+        "{got}\n{}",
+        host.output()
+    );
+    assert_eq!(rx.requests(), ["POST /hook"]);
+
+    let (id, d) = hook_and_test(c, &u.access, &format!("https://{name}:8443/other"));
+    let got = delivery(c, &u.access, &id, &d);
+    let err = got["attempts"][0]["error"].as_str().unwrap_or_default();
+    assert!(err.contains("denied by allowed_outbound_hosts"), "{got}");
+    assert_eq!(rx.requests(), ["POST /hook"]);
 }
