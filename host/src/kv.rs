@@ -6,7 +6,12 @@
 //!
 //! * [`SqliteKv`] (default): one file `kv.sqlite3` in `DATA_DIR`, WAL mode,
 //!   `synchronous=FULL` (an acknowledged write survives SIGKILL and power
-//!   loss), a small pool of connections with a busy timeout.
+//!   loss), a small pool of connections for reads, and one writer thread
+//!   that commits the writes waiting for it together (group commit: one
+//!   transaction and one fsync for every write that arrived while the
+//!   previous commit was syncing; each write in its own savepoint, so one
+//!   failing write does not undo the others; nobody is answered before the
+//!   commit that holds their write is durable).
 //! * [`RedisKv`] (`KV_URL=redis://…`): several hosts can share one store.
 //!   Keys are used as they are, like Spin's own Redis store.
 //!
@@ -193,12 +198,63 @@ pub trait KvBackend: Send + Sync {
 pub struct SqliteKv {
     path: std::path::PathBuf,
     pool: Mutex<Vec<Connection>>,
-    /// Writers of this process take turns here. Atomicity does not depend
-    /// on it (each write is one SQLite statement or transaction, which also
-    /// holds across processes); it keeps in-process writers from starving
-    /// in SQLite's busy-wait, which is not fair under heavy contention.
-    writer: Mutex<()>,
+    /// The writer thread's queue (see [`writer_loop`]).
+    jobs: std::sync::mpsc::Sender<WriteJob>,
     emulation: KvEmulation,
+}
+
+/// What a write job hands back after running: called with the outcome of
+/// the commit that holds it.
+type Finish = Box<dyn FnOnce(KvResult<()>) + Send>;
+/// One write: run inside the batch transaction (`Some`), or told that it
+/// could not run (`None`: the batch could not begin).
+type WriteJob = Box<dyn FnOnce(Option<&Connection>) -> Finish + Send>;
+
+/// Writes committed together at most.
+const MAX_BATCH: usize = 256;
+
+/// The writer thread: takes the first waiting job, then every job that is
+/// already waiting (up to [`MAX_BATCH`]), runs them in one `BEGIN
+/// IMMEDIATE` transaction (each in a savepoint), commits (one fsync), and
+/// only then answers each of them. Ends when the store is dropped.
+fn writer_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<WriteJob>) {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            let e = KvError::from(e);
+            for job in batch {
+                job(None)(Err(e.clone()));
+            }
+            continue;
+        }
+        let finishers: Vec<Finish> = batch.into_iter().map(|job| job(Some(&conn))).collect();
+        let committed = conn.execute_batch("COMMIT").map_err(KvError::from);
+        if committed.is_err() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        for finish in finishers {
+            finish(committed.clone());
+        }
+    }
+}
+
+/// Runs `f` in a savepoint of the open transaction: its changes stay only
+/// if it succeeds. A panic is an error, not a dead writer.
+fn in_savepoint<T>(c: &Connection, f: impl FnOnce(&Connection) -> KvResult<T>) -> KvResult<T> {
+    c.execute_batch("SAVEPOINT op")?;
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(c)))
+        .unwrap_or_else(|_| Err(KvError("sqlite: write panicked".into())));
+    match &out {
+        Ok(_) => c.execute_batch("RELEASE op")?,
+        Err(_) => c.execute_batch("ROLLBACK TO op; RELEASE op")?,
+    }
+    out
 }
 
 /// Connections kept open for reuse.
@@ -220,10 +276,11 @@ impl SqliteKv {
     /// [`KvEmulation::Spin402`], counters stored as `INTEGER`s (by
     /// `KV_EMULATE=none` or an older host) become Spin's 8-byte blobs.
     pub fn open(path: &Path, emulation: KvEmulation) -> KvResult<SqliteKv> {
+        let (jobs, queue) = std::sync::mpsc::channel();
         let kv = SqliteKv {
             path: path.to_path_buf(),
             pool: Mutex::new(Vec::new()),
-            writer: Mutex::new(()),
+            jobs,
             emulation,
         };
         let conn = kv.connect()?;
@@ -243,6 +300,11 @@ impl SqliteKv {
             }
         }
         kv.put_back(conn);
+        let writer = kv.connect()?;
+        std::thread::Builder::new()
+            .name("tfa-kv-writer".into())
+            .spawn(move || writer_loop(writer, queue))
+            .map_err(|e| KvError(format!("sqlite: cannot start the writer thread: {e}")))?;
         Ok(kv)
     }
 
@@ -275,12 +337,28 @@ impl SqliteKv {
         }
     }
 
-    fn write<T>(&self, f: impl FnOnce(&Connection) -> KvResult<T>) -> KvResult<T> {
-        let _turn = self
-            .writer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.with(f)
+    /// Runs the write `f` in the writer thread's next batch and waits until
+    /// the batch is committed (durable) or has failed.
+    fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> KvResult<T> + Send + 'static,
+    ) -> KvResult<T> {
+        let (reply, answer) = std::sync::mpsc::sync_channel::<KvResult<T>>(1);
+        let job: WriteJob = Box::new(move |conn| {
+            let out = match conn {
+                Some(c) => in_savepoint(c, f),
+                None => Err(KvError("sqlite: the write did not run".into())),
+            };
+            Box::new(move |committed: KvResult<()>| {
+                let _ = reply.send(committed.and(out));
+            })
+        });
+        self.jobs
+            .send(job)
+            .map_err(|_| KvError("sqlite: the writer thread has stopped".into()))?;
+        answer
+            .recv()
+            .unwrap_or_else(|_| Err(KvError("sqlite: the writer thread has stopped".into())))
     }
 
     fn with<T>(&self, f: impl FnOnce(&Connection) -> KvResult<T>) -> KvResult<T> {
@@ -339,7 +417,8 @@ impl KvBackend for SqliteKv {
     }
 
     fn set(&self, key: &str, value: &[u8]) -> KvResult<()> {
-        self.write(|c| {
+        let (key, value) = (key.to_string(), value.to_vec());
+        self.write(move |c| {
             c.prepare_cached(SQLITE_UPSERT)?
                 .execute(params![key, value])?;
             Ok(())
@@ -347,7 +426,8 @@ impl KvBackend for SqliteKv {
     }
 
     fn delete(&self, key: &str) -> KvResult<()> {
-        self.write(|c| {
+        let key = key.to_string();
+        self.write(move |c| {
             c.prepare_cached("DELETE FROM kv WHERE key = ?1")?
                 .execute(params![key])?;
             Ok(())
@@ -392,29 +472,24 @@ impl KvBackend for SqliteKv {
     }
 
     fn set_many(&self, pairs: &[(String, Vec<u8>)]) -> KvResult<()> {
-        self.write(|c| {
-            let tx = c.unchecked_transaction()?;
-            {
-                let mut st = tx.prepare_cached(SQLITE_UPSERT)?;
-                for (k, v) in pairs {
-                    st.execute(params![k, v])?;
-                }
+        // One savepoint of the batch: all or nothing.
+        let pairs = pairs.to_vec();
+        self.write(move |c| {
+            let mut st = c.prepare_cached(SQLITE_UPSERT)?;
+            for (k, v) in &pairs {
+                st.execute(params![k, v])?;
             }
-            tx.commit()?;
             Ok(())
         })
     }
 
     fn delete_many(&self, keys: &[String]) -> KvResult<()> {
-        self.write(|c| {
-            let tx = c.unchecked_transaction()?;
-            {
-                let mut st = tx.prepare_cached("DELETE FROM kv WHERE key = ?1")?;
-                for k in keys {
-                    st.execute(params![k])?;
-                }
+        let keys = keys.to_vec();
+        self.write(move |c| {
+            let mut st = c.prepare_cached("DELETE FROM kv WHERE key = ?1")?;
+            for k in &keys {
+                st.execute(params![k])?;
             }
-            tx.commit()?;
             Ok(())
         })
     }
@@ -425,7 +500,8 @@ impl KvBackend for SqliteKv {
         }
         // One statement: SQLite runs it atomically under its write lock, so
         // concurrent increments (threads or processes) never lose an update.
-        self.write(|c| {
+        let key = key.to_string();
+        self.write(move |c| {
             let v: Option<i64> = c
                 .prepare_cached(
                     "INSERT INTO kv(key, value) VALUES (?1, ?2)
@@ -441,7 +517,8 @@ impl KvBackend for SqliteKv {
 
     fn compare_and_swap(&self, key: &str, expected: &[u8], new: &[u8]) -> KvResult<bool> {
         // One conditional UPDATE: a missing key matches no row, so it fails.
-        self.write(|c| {
+        let (key, expected, new) = (key.to_string(), expected.to_vec(), new.to_vec());
+        self.write(move |c| {
             let n = c
                 .prepare_cached("UPDATE kv SET value = ?3 WHERE key = ?1 AND value = ?2")?
                 .execute(params![key, expected, new])?;
@@ -492,10 +569,10 @@ impl SqliteKv {
     /// missing), add with wrap-around (Spin's release build), write it back.
     /// An `INTEGER` (this host's own form) is read too and rewritten.
     fn increment_le(&self, key: &str, delta: i64) -> KvResult<i64> {
-        self.write(|c| {
-            // IMMEDIATE takes the write lock first, so the read and the
-            // write are one atomic step, across processes too.
-            let tx = Transaction::new_unchecked(c, TransactionBehavior::Immediate)?;
+        let key = key.to_string();
+        // The writer's batch began IMMEDIATE: the write lock is held, so
+        // the read and the write are one atomic step, across processes too.
+        self.write(move |tx| {
             let old: Option<Option<i64>> = tx
                 .prepare_cached("SELECT value FROM kv WHERE key = ?1")?
                 .query_row(params![key], |r| {
@@ -518,7 +595,6 @@ impl SqliteKv {
             };
             tx.prepare_cached(SQLITE_UPSERT)?
                 .execute(params![key, &new.to_le_bytes()[..]])?;
-            tx.commit()?;
             Ok(new)
         })
     }

@@ -31,6 +31,7 @@
 
 #![deny(missing_docs)]
 
+pub mod accesslog;
 pub mod kv;
 pub mod netguard;
 pub mod outbound;
@@ -77,6 +78,8 @@ pub struct HostSettings {
     pub fail_store_count: Option<u64>,
     /// Test hook: the component's wall clock runs this many ms ahead.
     pub clock_offset_ms: u64,
+    /// Diagnostic (`KV_COUNT=true`): log each request's key-value operations.
+    pub kv_count: bool,
 }
 
 impl HostSettings {
@@ -121,6 +124,11 @@ impl HostSettings {
             fail_store_after: num("TFA_FAIL_STORE_AFTER")?,
             fail_store_count: num("TFA_FAIL_STORE_COUNT")?,
             clock_offset_ms: num("TFA_CLOCK_OFFSET_MS")?.unwrap_or(0),
+            kv_count: match get("KV_COUNT").as_deref() {
+                None | Some("false") => false,
+                Some("true") => true,
+                Some(other) => anyhow::bail!("KV_COUNT must be true or false, not {other:?}"),
+            },
         })
     }
 }
@@ -277,6 +285,7 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
         allow: Arc::new(allow),
         guard: Arc::new(guard),
         clock_offset: std::time::Duration::from_millis(settings.clock_offset_ms),
+        kv_count: settings.kv_count,
     });
     if settings.clock_offset_ms > 0 {
         eprintln!(
@@ -296,6 +305,7 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     // Close the store: the last handles go with the server.
     drop(server);
     drop(backend);
+    accesslog::flush();
     eprintln!("tfa-host: stopped");
     Ok(())
 }

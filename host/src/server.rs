@@ -69,11 +69,11 @@ impl Server {
         let method = req.method().to_string();
         let path = req.uri().path().to_string();
         let resp = self.run(req, peer, local).await;
-        println!(
+        crate::accesslog::line(format!(
             "{method} {path} {} {}ms",
             resp.status().as_u16(),
             started.elapsed().as_millis()
-        );
+        ));
         Ok(resp)
     }
 
@@ -103,10 +103,15 @@ impl Server {
             }
         }
 
+        let kv_label = self
+            .shared
+            .kv_count
+            .then(|| format!("{} {}", req.method(), req.uri().path()));
         let Ok(permit) = self.instances.clone().acquire_owned().await else {
             return error_response(503, "Service unavailable");
         };
         let mut store = new_store(self.pre.engine(), &self.shared);
+        let kv_ops = kv_label.map(|label| (store.data().kv_ops.clone(), label));
         let (tx, rx) = tokio::sync::oneshot::channel();
         let prepared = store
             .data_mut()
@@ -123,8 +128,10 @@ impl Server {
         let pre = self.pre.clone();
         // The instance runs in its own task so that it can go on after the
         // response (the component's after-response effects).
+        let kv_ops_task = kv_ops.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let _log = KvOpsLog(kv_ops_task);
             let result = async {
                 let proxy = pre.instantiate_async(&mut store).await?;
                 proxy
@@ -137,7 +144,14 @@ impl Server {
                 eprintln!("tfa-host: component error: {e:?}");
             }
         });
-        match rx.await {
+        let answer = rx.await;
+        if let Some((ops, label)) = &kv_ops {
+            crate::accesslog::line(format!(
+                "kv-ops {label} before-response {}",
+                format_ops(ops.snapshot())
+            ));
+        }
+        match answer {
             Ok(Ok(resp)) => resp,
             Ok(Err(code)) => {
                 eprintln!("tfa-host: component answered with an error: {code:?}");
@@ -213,6 +227,27 @@ impl Server {
             );
         }
     }
+}
+
+/// Logs a request's key-value operations once its instance has ended.
+struct KvOpsLog(Option<(Arc<crate::runtime::KvOps>, String)>);
+
+impl Drop for KvOpsLog {
+    fn drop(&mut self) {
+        if let Some((ops, label)) = &self.0 {
+            crate::accesslog::line(format!(
+                "kv-ops {label} total {}",
+                format_ops(ops.snapshot())
+            ));
+        }
+    }
+}
+
+fn format_ops(o: [u32; 5]) -> String {
+    format!(
+        "get={} set={} delete={} increment={} other={}",
+        o[0], o[1], o[2], o[3], o[4]
+    )
 }
 
 fn log_conn_error(e: &hyper::Error) {

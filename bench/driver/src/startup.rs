@@ -52,6 +52,7 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
         allow: Arc::new(outbound::AllowList::new(Vec::new())),
         guard: Arc::default(),
         clock_offset: std::time::Duration::ZERO,
+        kv_count: false,
     });
 
     let mut store_us = Vec::with_capacity(o.instances);
