@@ -71,9 +71,15 @@ impl<'c, 'e, 'a> Ctx<'c, 'e, 'a> {
             env,
             req,
             headers: Vec::new(),
-            effects: Vec::new(),
+            effects: vec![Effect::Maintenance],
             keys: None,
         }
+    }
+
+    /// This request does not check the queues after its response (see
+    /// [`Effect::Maintenance`]).
+    pub fn skip_maintenance(&mut self) {
+        self.effects.retain(|e| !matches!(e, Effect::Maintenance));
     }
 
     /// A context that resumes a suspended request (`req` is its `req`).

@@ -18,6 +18,7 @@ fn probe(ctx: &mut Ctx) -> bool {
 
 /// `GET /health`.
 pub fn health(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
+    ctx.skip_maintenance();
     let up = probe(ctx);
     let state = if up { "up" } else { "down" };
     let body = json!({
@@ -42,6 +43,7 @@ pub fn live(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
 
 /// `GET /health/ready`: the store answers.
 pub fn ready(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
+    ctx.skip_maintenance();
     let up = probe(ctx);
     Ok(Outcome::Done(web::json_response(
         if up { 200 } else { 503 },

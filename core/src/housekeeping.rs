@@ -7,8 +7,11 @@
 //! [`crate::Service::complete`] after each response, sweeps at most a few due
 //! buckets per call:
 //!
+//! 0. read `sched:next`, the time at which the next bucket of this index or
+//!    of the webhook retry queue comes due ([`anything_due`]); before it,
+//!    nothing else is read — the common case costs one read for both queues;
 //! 1. read the pointer `hk:ptr` (the last swept bucket); nothing is due when
-//!    it is the current bucket — the common case costs one read;
+//!    it is the current bucket;
 //! 2. claim the next bucket with `increment(hk:c:{b}:{current})`; only the
 //!    caller that gets 1 sweeps it (and it alone advances the pointer); a
 //!    claim of an interrupted sweep lapses with the current bucket, so the
@@ -19,7 +22,8 @@
 //! 4. advance the pointer (a compare-and-set under the pointer's lock,
 //!    [`crate::records::replace`]) and drop the bucket's keys.
 //!
-//! Every request ticks, so a deployment whose traffic stops sweeps later; a
+//! Every request ticks except `GET /health` and `/health/ready` (probes that
+//! cost one store read), so a deployment whose traffic stops sweeps later; a
 //! scheduler that wants expired keys gone on time can call
 //! `GET {base}/health/live` every few minutes.
 
@@ -148,6 +152,48 @@ const EXPIRY: BucketQueue = BucketQueue {
     // `sweep` deletes each entry right after its key, so nothing is left.
     after: |_, _| {},
 };
+
+/// When the next bucket of any queue comes due, in ms: kept so that a
+/// request with nothing due costs one read for all queues together.
+const NEXT_DUE: &str = "sched:next";
+
+/// Whether a bucket of some queue may have come due: `sched:next` is
+/// missing, unreadable or not in the future. A store error counts as "due",
+/// so the queues' own reads report it.
+pub fn anything_due(env: &mut Env) -> bool {
+    match env.store.get(NEXT_DUE) {
+        Ok(Some(v)) => std::str::from_utf8(&v)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .is_none_or(|next| next <= env.now_ms),
+        Ok(None) | Err(_) => true,
+    }
+}
+
+/// After every queue has been brought up to date: records when the next
+/// bucket of the expiry index or of `others` comes due (bucket `ptr + 1`,
+/// due once the clock enters it). Pointers only move forward, so a writer
+/// that read older pointers can only write an earlier time — one more check,
+/// never a missed bucket. Best effort: without it, the next request checks.
+pub(crate) fn note_next_due(env: &mut Env, others: &[&BucketQueue]) {
+    let mut next = u64::MAX;
+    for q in std::iter::once(&EXPIRY).chain(others.iter().copied()) {
+        let ptr = match env.store.get(q.ptr) {
+            Ok(Some(raw)) => std::str::from_utf8(&raw)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok()),
+            _ => None,
+        };
+        let Some(due) = ptr
+            .and_then(|p| p.checked_add(1))
+            .and_then(|b| b.checked_mul(q.bucket_ms))
+        else {
+            return;
+        };
+        next = next.min(due);
+    }
+    let _ = env.store.set(NEXT_DUE, next.to_string().as_bytes());
+}
 
 /// Sweeps due buckets (at most [`MAX_BUCKETS_PER_TICK`]). Returns how many
 /// keys were deleted.

@@ -112,6 +112,10 @@ pub enum Effect {
     },
     /// A webhook delivery already recorded, to attempt after the response.
     Webhook(crate::webhooks::WebhookCall),
+    /// Check the time-bucketed queues (webhook retries, expiry sweeps) after
+    /// the response. Every request asks for it except `GET /health` and
+    /// `/health/ready`, whose whole cost is one store read.
+    Maintenance,
 }
 
 /// What a host does after the response: log these lines, then attempt each

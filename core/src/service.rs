@@ -56,6 +56,7 @@ impl Service {
     /// returned webhook calls.
     pub fn complete(&self, env: &mut Env, effects: Vec<Effect>) -> Completion {
         let mut out = Completion::default();
+        let mut maintenance = false;
         for effect in effects {
             match effect {
                 Effect::Audit(record) => {
@@ -78,16 +79,26 @@ impl Service {
                         .push(format!("webhooks: event {event} could not be queued")),
                 },
                 Effect::Webhook(call) => out.webhooks.push(call),
+                Effect::Maintenance => maintenance = true,
             }
         }
-        let (retries, result) = webhooks::due(env);
-        out.webhooks.extend(retries);
-        if result.is_err() {
-            out.log
-                .push("webhooks: retry queue unavailable".to_string());
-        }
-        if housekeeping::tick(env).is_err() {
-            out.log.push("housekeeping: store unavailable".to_string());
+        // One read (`sched:next`) tells whether either queue has a bucket
+        // due; only then are their pointers read and their buckets done.
+        if maintenance && housekeeping::anything_due(env) {
+            let (retries, result) = webhooks::due(env);
+            out.webhooks.extend(retries);
+            let retried = result.is_ok();
+            if !retried {
+                out.log
+                    .push("webhooks: retry queue unavailable".to_string());
+            }
+            let swept = housekeeping::tick(env).is_ok();
+            if !swept {
+                out.log.push("housekeeping: store unavailable".to_string());
+            }
+            if retried && swept {
+                housekeeping::note_next_due(env, &[&webhooks::RETRY_QUEUE]);
+            }
         }
         out
     }

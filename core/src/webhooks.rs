@@ -9,7 +9,8 @@
 //! failure, queues a retry on the back-off schedule (30 s, 2 min, 10 min,
 //! 1 h, 6 h; then the delivery is given up). Retries wait in a time-bucketed
 //! queue (`wq:…`, claimed with `increment` like housekeeping) that every later
-//! `complete` drains as it comes due, so they survive restarts and are
+//! `complete` drains as it comes due (except after `GET /health` and
+//! `/health/ready`), so they survive restarts and are
 //! processed after later requests. With no traffic, nothing is retried until a
 //! request arrives: a scheduler calling `GET {base}/health/live` every 30 s
 //! drives them. A hook is disabled after 20 consecutive failed attempts.
@@ -599,7 +600,7 @@ pub fn record_result(
     Ok(log)
 }
 
-const RETRY_QUEUE: crate::housekeeping::BucketQueue = crate::housekeeping::BucketQueue {
+pub(crate) const RETRY_QUEUE: crate::housekeeping::BucketQueue = crate::housekeeping::BucketQueue {
     ptr: "wq:ptr",
     claim: "wq:c",
     bucket_ms: QUEUE_BUCKET_MS,

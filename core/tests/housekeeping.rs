@@ -84,3 +84,36 @@ fn storage_returns_to_its_baseline_after_everything_expires() {
         h.store.keys()
     );
 }
+
+/// Issue #15: `GET /health` costs one store read and nothing after the
+/// response; any other request with nothing due costs one read (`sched:next`)
+/// after it; once a bucket comes due, the queues are checked and swept again.
+#[test]
+fn probes_cost_one_read_and_idle_requests_one_more() {
+    use tfa_core::testing::{test_config, FailingStore, MemoryStore};
+    let mut h = Harness::with(test_config(&[]), FailingStore::new(MemoryStore::new()));
+    // The first requests set up the queue pointers (the retry queue starts
+    // one bucket behind) and `sched:next`.
+    h.call(get("/health/live"));
+    h.call(get("/health/live"));
+    let ops = |h: &Harness<FailingStore<MemoryStore>>| h.store.ops();
+
+    let before = ops(&h);
+    assert_eq!(h.call(get("/health")).status, 200);
+    assert_eq!(ops(&h) - before, 1, "GET /health: the probe only");
+    let before = ops(&h);
+    assert_eq!(h.call(get("/health/ready")).status, 200);
+    assert_eq!(ops(&h) - before, 1, "GET /health/ready: the probe only");
+    let before = ops(&h);
+    assert_eq!(h.call(get("/health/live")).status, 200);
+    assert_eq!(ops(&h) - before, 1, "nothing due: one read of sched:next");
+
+    // The webhook retry queue's next bucket (30 s) comes due: checked again.
+    h.advance_secs(31);
+    let before = ops(&h);
+    h.call(get("/health/live"));
+    assert!(ops(&h) - before > 1, "a due bucket is processed");
+    let before = ops(&h);
+    h.call(get("/health/live"));
+    assert_eq!(ops(&h) - before, 1, "and then nothing is due again");
+}
