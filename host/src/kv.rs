@@ -69,6 +69,21 @@ use std::time::Duration;
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 
+/// The answer of [`KvBackend::write_async`] (the counter's new value for an
+/// increment, 0 otherwise).
+pub type KvFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = KvResult<T>> + Send>>;
+
+/// A write for [`KvBackend::write_async`].
+#[derive(Debug, Clone)]
+pub enum WriteOp {
+    /// `set(key, value)`.
+    Set(String, Vec<u8>),
+    /// `delete(key)`.
+    Delete(String),
+    /// `increment(key, delta)`.
+    Increment(String, i64),
+}
+
 /// A backend failure (detail for logs and for the component's error value).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvError(pub String);
@@ -190,6 +205,19 @@ pub trait KvBackend: Send + Sync {
     }
     /// A short name for logs.
     fn describe(&self) -> String;
+    /// Whether `get` is cheap and never waits on anything but memory and
+    /// the local disk (SQLite in WAL mode: a reader never waits for the
+    /// writer), so the host may call it on its async threads instead of
+    /// handing it to a blocking thread.
+    fn inline_reads(&self) -> bool {
+        false
+    }
+    /// `set`, `delete` or `increment` (`op`) without a blocking thread, for a
+    /// backend that queues its writes itself; `Err(op)`: call the method on
+    /// a blocking thread instead.
+    fn write_async(&self, op: WriteOp) -> Result<KvFuture<i64>, WriteOp> {
+        Err(op)
+    }
 }
 
 // ------------------------------------------------------------------ SQLite
@@ -418,20 +446,12 @@ impl KvBackend for SqliteKv {
 
     fn set(&self, key: &str, value: &[u8]) -> KvResult<()> {
         let (key, value) = (key.to_string(), value.to_vec());
-        self.write(move |c| {
-            c.prepare_cached(SQLITE_UPSERT)?
-                .execute(params![key, value])?;
-            Ok(())
-        })
+        self.write(move |c| upsert(c, &key, &value))
     }
 
     fn delete(&self, key: &str) -> KvResult<()> {
         let key = key.to_string();
-        self.write(move |c| {
-            c.prepare_cached("DELETE FROM kv WHERE key = ?1")?
-                .execute(params![key])?;
-            Ok(())
-        })
+        self.write(move |c| remove(c, &key))
     }
 
     fn exists(&self, key: &str) -> KvResult<bool> {
@@ -498,21 +518,8 @@ impl KvBackend for SqliteKv {
         if self.emulation == KvEmulation::Spin402 {
             return self.increment_le(key, delta);
         }
-        // One statement: SQLite runs it atomically under its write lock, so
-        // concurrent increments (threads or processes) never lose an update.
         let key = key.to_string();
-        self.write(move |c| {
-            let v: Option<i64> = c
-                .prepare_cached(
-                    "INSERT INTO kv(key, value) VALUES (?1, ?2)
-                     ON CONFLICT(key) DO UPDATE SET value = value + ?2
-                         WHERE typeof(value) = 'integer'
-                     RETURNING value",
-                )?
-                .query_row(params![key, delta], |r| r.get(0))
-                .optional()?;
-            v.ok_or_else(|| KvError(format!("sqlite: value at {key:?} is not a counter")))
-        })
+        self.write(move |c| increment_int_in(c, &key, delta))
     }
 
     fn compare_and_swap(&self, key: &str, expected: &[u8], new: &[u8]) -> KvResult<bool> {
@@ -562,6 +569,38 @@ impl KvBackend for SqliteKv {
     fn describe(&self) -> String {
         format!("sqlite {}", self.path.display())
     }
+
+    fn inline_reads(&self) -> bool {
+        true
+    }
+
+    fn write_async(&self, op: WriteOp) -> Result<KvFuture<i64>, WriteOp> {
+        let emulation = self.emulation;
+        let (reply, answer) = tokio::sync::oneshot::channel::<KvResult<i64>>();
+        let job: WriteJob = Box::new(move |conn| {
+            let out = match conn {
+                Some(c) => in_savepoint(c, |c| match op {
+                    WriteOp::Set(k, v) => upsert(c, &k, &v).map(|()| 0),
+                    WriteOp::Delete(k) => remove(c, &k).map(|()| 0),
+                    WriteOp::Increment(k, d) => match emulation {
+                        KvEmulation::Spin402 => increment_le_in(c, &k, d),
+                        KvEmulation::None => increment_int_in(c, &k, d),
+                    },
+                }),
+                None => Err(KvError("sqlite: the write did not run".into())),
+            };
+            Box::new(move |committed: KvResult<()>| {
+                let _ = reply.send(committed.and(out));
+            })
+        });
+        let sent = self.jobs.send(job);
+        Ok(Box::pin(async move {
+            sent.map_err(|_| KvError("sqlite: the writer thread has stopped".into()))?;
+            answer
+                .await
+                .unwrap_or_else(|_| Err(KvError("sqlite: the writer thread has stopped".into())))
+        }))
+    }
 }
 
 impl SqliteKv {
@@ -570,34 +609,69 @@ impl SqliteKv {
     /// An `INTEGER` (this host's own form) is read too and rewritten.
     fn increment_le(&self, key: &str, delta: i64) -> KvResult<i64> {
         let key = key.to_string();
-        // The writer's batch began IMMEDIATE: the write lock is held, so
-        // the read and the write are one atomic step, across processes too.
-        self.write(move |tx| {
-            let old: Option<Option<i64>> = tx
-                .prepare_cached("SELECT value FROM kv WHERE key = ?1")?
-                .query_row(params![key], |r| {
-                    Ok(match r.get_ref(0)? {
-                        ValueRef::Blob(b) => <[u8; 8]>::try_from(b).ok().map(i64::from_le_bytes),
-                        ValueRef::Integer(i) => Some(i),
-                        _ => None,
-                    })
-                })
-                .optional()?;
-            let new = match old {
-                None => delta,
-                Some(Some(n)) => n.wrapping_add(delta),
-                Some(None) => {
-                    return Err(KvError(format!(
-                        "sqlite: value at {key:?} is not an 8-byte counter \
-                         (Spin 4.0.2 would panic here)"
-                    )))
-                }
-            };
-            tx.prepare_cached(SQLITE_UPSERT)?
-                .execute(params![key, &new.to_le_bytes()[..]])?;
-            Ok(new)
-        })
+        self.write(move |c| increment_le_in(c, &key, delta))
     }
+}
+
+/// Upsert of one value, inside the writer's transaction.
+fn upsert(c: &Connection, key: &str, value: &[u8]) -> KvResult<()> {
+    c.prepare_cached(SQLITE_UPSERT)?
+        .execute(params![key, value])?;
+    Ok(())
+}
+
+/// Removal of one key, inside the writer's transaction.
+fn remove(c: &Connection, key: &str) -> KvResult<()> {
+    c.prepare_cached("DELETE FROM kv WHERE key = ?1")?
+        .execute(params![key])?;
+    Ok(())
+}
+
+/// This host's own counter (`INTEGER`): one statement, which SQLite runs
+/// atomically under its write lock, so concurrent increments (threads or
+/// processes) never lose an update.
+fn increment_int_in(c: &Connection, key: &str, delta: i64) -> KvResult<i64> {
+    let v: Option<i64> = c
+        .prepare_cached(
+            "INSERT INTO kv(key, value) VALUES (?1, ?2)
+             ON CONFLICT(key) DO UPDATE SET value = value + ?2
+                 WHERE typeof(value) = 'integer'
+             RETURNING value",
+        )?
+        .query_row(params![key, delta], |r| r.get(0))
+        .optional()?;
+    v.ok_or_else(|| KvError(format!("sqlite: value at {key:?} is not a counter")))
+}
+
+/// Spin 4.0.2's counter: read the 8-byte little-endian blob (0 when
+/// missing), add with wrap-around (Spin's release build), write it back.
+/// An `INTEGER` (this host's own form) is read too and rewritten. The
+/// writer's batch began IMMEDIATE: the write lock is held, so the read and
+/// the write are one atomic step, across processes too.
+fn increment_le_in(tx: &Connection, key: &str, delta: i64) -> KvResult<i64> {
+    let old: Option<Option<i64>> = tx
+        .prepare_cached("SELECT value FROM kv WHERE key = ?1")?
+        .query_row(params![key], |r| {
+            Ok(match r.get_ref(0)? {
+                ValueRef::Blob(b) => <[u8; 8]>::try_from(b).ok().map(i64::from_le_bytes),
+                ValueRef::Integer(i) => Some(i),
+                _ => None,
+            })
+        })
+        .optional()?;
+    let new = match old {
+        None => delta,
+        Some(Some(n)) => n.wrapping_add(delta),
+        Some(None) => {
+            return Err(KvError(format!(
+                "sqlite: value at {key:?} is not an 8-byte counter \
+                         (Spin 4.0.2 would panic here)"
+            )))
+        }
+    };
+    tx.prepare_cached(SQLITE_UPSERT)?
+        .execute(params![key, &new.to_le_bytes()[..]])?;
+    Ok(new)
 }
 
 // ------------------------------------------------------------------- Redis

@@ -19,7 +19,7 @@ use wasmtime_wasi_http::{
     WasiHttpView,
 };
 
-use crate::kv::{KvBackend, KvEmulation, KvError, KvResult};
+use crate::kv::{KvBackend, KvEmulation, KvError, KvResult, WriteOp};
 use crate::outbound::AllowList;
 
 mod bindings {
@@ -161,6 +161,38 @@ impl KvOps {
 }
 
 impl HostState {
+    /// Counts `op` and performs the write `w`: queued to a backend that
+    /// queues writes itself (SQLite's writer thread), else on a blocking
+    /// thread. The answer is the counter for an increment, else 0.
+    fn kv_write(
+        &self,
+        op: KvOp,
+        w: WriteOp,
+    ) -> impl std::future::Future<Output = KvResult<i64>> + Send + 'static {
+        self.kv_ops.add(op);
+        let shared = self.shared.clone();
+        async move {
+            match shared.kv.write_async(w) {
+                Ok(queued) => {
+                    let out = queued.await;
+                    if let Err(e) = &out {
+                        eprintln!("tfa-host: store error: {e}");
+                    }
+                    out
+                }
+                Err(w) => {
+                    shared
+                        .kv(move |kv| match w {
+                            WriteOp::Set(k, v) => kv.set(&k, &v).map(|()| 0),
+                            WriteOp::Delete(k) => kv.delete(&k).map(|()| 0),
+                            WriteOp::Increment(k, d) => kv.increment(&k, d),
+                        })
+                        .await
+                }
+            }
+        }
+    }
+
     /// Counts `op`, then runs it on the backend off the async threads.
     /// (The future holds no borrow of the state, which is not `Sync`.)
     fn kv<T: Send + 'static>(
@@ -170,7 +202,22 @@ impl HostState {
     ) -> impl std::future::Future<Output = KvResult<T>> + Send + 'static {
         self.kv_ops.add(op);
         let shared = self.shared.clone();
-        async move { shared.kv(f).await }
+        // A read of a store that says it is cheap runs right here: handing
+        // it to a blocking thread costs more than the read (two thread
+        // switches per operation, the largest share of a store operation's
+        // time in the profile).
+        let inline = matches!(op, KvOp::Get) && shared.kv.inline_reads();
+        async move {
+            if inline {
+                let out = f(shared.kv.as_ref());
+                if let Err(e) = &out {
+                    eprintln!("tfa-host: store error: {e}");
+                }
+                out
+            } else {
+                shared.kv(f).await
+            }
+        }
     }
 }
 
@@ -339,8 +386,9 @@ impl key_value::HostStore for HostState {
         key: String,
         value: Vec<u8>,
     ) -> Result<(), key_value::Error> {
-        self.kv(KvOp::Set, move |kv| kv.set(&key, &value))
+        self.kv_write(KvOp::Set, WriteOp::Set(key, value))
             .await
+            .map(|_| ())
             .map_err(spin_err)
     }
 
@@ -349,8 +397,9 @@ impl key_value::HostStore for HostState {
         _: Resource<KvStoreRes>,
         key: String,
     ) -> Result<(), key_value::Error> {
-        self.kv(KvOp::Delete, move |kv| kv.delete(&key))
+        self.kv_write(KvOp::Delete, WriteOp::Delete(key))
             .await
+            .map(|_| ())
             .map_err(spin_err)
     }
 
@@ -440,14 +489,16 @@ impl wasi_kv::HostBucket for HostState {
         key: String,
         value: Vec<u8>,
     ) -> Result<(), wasi_kv::Error> {
-        self.kv(KvOp::Set, move |kv| kv.set(&key, &value))
+        self.kv_write(KvOp::Set, WriteOp::Set(key, value))
             .await
+            .map(|_| ())
             .map_err(wasi_err)
     }
 
     async fn delete(&mut self, _: Resource<BucketRes>, key: String) -> Result<(), wasi_kv::Error> {
-        self.kv(KvOp::Delete, move |kv| kv.delete(&key))
+        self.kv_write(KvOp::Delete, WriteOp::Delete(key))
             .await
+            .map(|_| ())
             .map_err(wasi_err)
     }
 
@@ -497,7 +548,7 @@ impl atomics::Host for HostState {
         key: String,
         delta: i64,
     ) -> Result<i64, wasi_kv::Error> {
-        self.kv(KvOp::Increment, move |kv| kv.increment(&key, delta))
+        self.kv_write(KvOp::Increment, WriteOp::Increment(key, delta))
             .await
             .map_err(wasi_err)
     }

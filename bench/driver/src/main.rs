@@ -10,6 +10,9 @@
 //!   password and access token as JSON.
 //! * `2fa --port P [--users N] [--conc 1,32] [--runs R] [--secs S]`: the
 //!   2FA login under load (one JSON line per run and concurrency).
+//! * `verify --port P [--users N] [--conc 1,32] [--runs R] [--secs S]`:
+//!   `POST /2fa/verify` on its own, logins and codes prepared before each
+//!   timed part (one JSON line per run and concurrency).
 //! * `token --secret S`: an access token (mfa: true) valid for 15 minutes,
 //!   for Envoy.
 //! * `upstream --port P [--max-secs S]`: the app behind Envoy.
@@ -95,7 +98,7 @@ fn main() {
 fn real_main() -> anyhow::Result<()> {
     let all: Vec<String> = std::env::args().skip(1).collect();
     let Some(cmd) = all.first().cloned() else {
-        bail!("usage: tfa-bench <wasm-core|startup|user|2fa|token|upstream> …");
+        bail!("usage: tfa-bench <wasm-core|startup|user|2fa|verify|token|upstream> …");
     };
     let rest = all[1..].to_vec();
     match cmd.as_str() {
@@ -143,6 +146,22 @@ fn real_main() -> anyhow::Result<()> {
                 concurrency,
                 runs: args.num("--runs", 3)?,
                 secs: args.num("--secs", 5.0)?,
+            })
+        }
+        "verify" => {
+            let args = Args(rest);
+            let concurrency = args
+                .get("--conc")
+                .unwrap_or("1,32")
+                .split(',')
+                .map(|c| c.trim().parse::<usize>().context("--conc: numbers"))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            twofa::run_verify(&twofa::Options {
+                port: args.port()?,
+                users: args.num("--users", 1000)?,
+                concurrency,
+                runs: args.num("--runs", 3)?,
+                secs: args.num("--secs", 3.0)?,
             })
         }
         "token" => {

@@ -261,3 +261,168 @@ fn worker(port: u16, queue: &Mutex<VecDeque<User>>, deadline: Instant) -> Worker
     }
     r
 }
+
+/// A login answered with a temporary token, and the code to send with it.
+struct Prepared {
+    body: String,
+}
+
+/// Logs in every user whose next step is acceptable now and builds its
+/// `/2fa/verify` body (two threads); the users go back to the queue with
+/// that step spent.
+fn prepare(o: &Options, queue: &Mutex<VecDeque<User>>) -> anyhow::Result<Vec<Prepared>> {
+    let out: Mutex<Vec<Prepared>> = Mutex::default();
+    std::thread::scope(|s| -> anyhow::Result<()> {
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let out = &out;
+                s.spawn(move || -> anyhow::Result<()> {
+                    let mut c = Conn::new(o.port);
+                    while let Some(mut user) = take(queue) {
+                        let login = json!({"emailOrUsername": user.email, "password": PASSWORD})
+                            .to_string();
+                        let a = c.call("POST", "/api/auth/login", Some(&login), None)?;
+                        let temp = a.json()["data"]["tempToken"]
+                            .as_str()
+                            .with_context(|| format!("login {}", a.status))?
+                            .to_string();
+                        let step = fresh_step(&user);
+                        user.last_step = step;
+                        let body = json!({"tempToken": temp, "code": code(&user.secret, step)})
+                            .to_string();
+                        out.lock()
+                            .map_err(|_| anyhow::anyhow!("poisoned"))?
+                            .push(Prepared { body });
+                        // Spent for now: back of the queue, behind `take`'s check.
+                        queue
+                            .lock()
+                            .map_err(|_| anyhow::anyhow!("poisoned"))?
+                            .push_back(user);
+                        if out.lock().map(|v| v.len()).unwrap_or(usize::MAX) >= o.users {
+                            break;
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join()
+                .map_err(|_| anyhow::anyhow!("prepare thread panicked"))??;
+        }
+        Ok(())
+    })?;
+    out.into_inner().map_err(|_| anyhow::anyhow!("poisoned"))
+}
+
+/// `POST /2fa/verify` on its own: before each timed part, every user is
+/// logged in and its code computed (not timed); the timed part sends the
+/// prepared requests until the deadline or until they run out. Prints one
+/// JSON line per (run, concurrency).
+pub fn run_verify(o: &Options) -> anyhow::Result<()> {
+    let tag = unix_secs() % 1_000_000;
+    let queue: Mutex<VecDeque<User>> = Mutex::default();
+    let started = now();
+    std::thread::scope(|s| -> anyhow::Result<()> {
+        let workers: Vec<_> = (0..2)
+            .map(|w| {
+                let queue = &queue;
+                s.spawn(move || -> anyhow::Result<()> {
+                    let mut c = Conn::new(o.port);
+                    for i in (w..o.users).step_by(2) {
+                        let u = enrol(&mut c, &format!("bver{tag}x{i}"))?;
+                        queue
+                            .lock()
+                            .map_err(|_| anyhow::anyhow!("poisoned"))?
+                            .push_back(u);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join()
+                .map_err(|_| anyhow::anyhow!("enrol thread panicked"))??;
+        }
+        Ok(())
+    })?;
+    eprintln!(
+        "tfa-bench verify: enrolled {} users in {:.1} s",
+        o.users,
+        started.elapsed().as_secs_f64()
+    );
+    for run in 0..o.runs {
+        for &conc in &o.concurrency {
+            // Bounded wait for the users' next step to become acceptable.
+            let wait_until = now() + Duration::from_secs(40);
+            let prepared = loop {
+                let p = prepare(o, &queue)?;
+                if p.len() * 2 >= o.users || now() > wait_until {
+                    break p;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            };
+            let total = prepared.len();
+            let pool = Mutex::new(prepared);
+            let deadline = now() + Duration::from_secs_f64(o.secs);
+            let t0 = now();
+            let results: Vec<(Vec<f64>, u64, Instant)> = std::thread::scope(|s| {
+                let workers: Vec<_> = (0..conc)
+                    .map(|_| {
+                        let pool = &pool;
+                        s.spawn(move || {
+                            let mut c = Conn::new(o.port);
+                            let (mut lat, mut errors) = (Vec::new(), 0u64);
+                            while now() < deadline {
+                                let Some(p) = pool.lock().ok().and_then(|mut v| v.pop()) else {
+                                    break;
+                                };
+                                let t = now();
+                                match c.call("POST", "/api/2fa/verify", Some(&p.body), None) {
+                                    Ok(r) if r.status == 200 => {
+                                        lat.push(t.elapsed().as_secs_f64() * 1e6)
+                                    }
+                                    Ok(r) => {
+                                        if errors < 3 {
+                                            eprintln!(
+                                                "tfa-bench verify: {} {}",
+                                                r.status,
+                                                String::from_utf8_lossy(&r.body)
+                                            );
+                                        }
+                                        errors += 1;
+                                    }
+                                    Err(e) => {
+                                        if errors < 3 {
+                                            eprintln!("tfa-bench verify: {e:#}");
+                                        }
+                                        errors += 1;
+                                    }
+                                }
+                            }
+                            (lat, errors, now())
+                        })
+                    })
+                    .collect();
+                workers.into_iter().filter_map(|w| w.join().ok()).collect()
+            });
+            // Until the last worker stopped (the deadline, or no requests left).
+            let ended = results.iter().map(|r| r.2).max().unwrap_or_else(now);
+            let elapsed = (ended - t0).as_secs_f64();
+            let mut lat: Vec<f64> = results.iter().flat_map(|r| r.0.clone()).collect();
+            let errors: u64 = results.iter().map(|r| r.1).sum();
+            println!(
+                "{}",
+                json!({
+                    "bench": "2fa_verify", "run": run, "concurrency": conc,
+                    "prepared": total, "requests": lat.len(), "secs": elapsed,
+                    "requests_per_s": lat.len() as f64 / elapsed,
+                    "errors": errors,
+                    "p50_us": percentile(&mut lat, 50.0),
+                    "p99_us": percentile(&mut lat, 99.0),
+                })
+            );
+        }
+    }
+    Ok(())
+}
