@@ -157,6 +157,24 @@ def main():
             "flows": sum(x["flows"] for x in rs), "n": len(rs),
         }
 
+    verify = defaultdict(list)
+    for r in by["2fa_verify"]:
+        verify[r["concurrency"]].append(r)
+    for r in by["2fa_verify_disk"]:
+        verify[("disk", r["concurrency"])].append(r)
+
+    def vstat(conc):
+        rs = verify.get(conc, [])
+        if not rs:
+            return None
+        return {
+            "rps": med([x["requests_per_s"] for x in rs]),
+            "p50": med([x["p50_us"] for x in rs]), "p99": med([x["p99_us"] for x in rs]),
+            "errors": sum(x["errors"] for x in rs), "requests": sum(x["requests"] for x in rs),
+            "n": len(rs),
+        }
+
+    kv_ops = {r["endpoint"]: r for r in by["kv_ops"]}
     startup = {r["component"]: r for r in by["startup"]}
     sizes = {r["name"]: r for r in by["size"]}
     memory = {r["endpoint"]: r for r in by["memory"]}
@@ -168,7 +186,63 @@ def main():
 
     # ---------------------------------------------------------------- targets
     w("## Targets\n")
+    w("Issue #15's targets first (each a ratio measured in this run), then the earlier ones.\n")
     w("| target | where it stands | |\n|---|---|---|")
+    hy1, hy32 = wstat("hyper", "GET /", 1), wstat("hyper", "GET /", 32)
+    fl1, fl32 = wstat("floor", "GET /health", 1), wstat("floor", "GET /health", 32)
+    if hy1 and hy32 and fl1 and fl32:
+        frac = fl32["rps"] / hy32["rps"]
+        w(f"| 1. host floor: trivial component ≥ 50 % of hyper's requests/s (c32) | {rate(fl32['rps'])} vs "
+          f"{rate(hy32['rps'])}/s ({frac:.0%}) | {status(frac >= 0.5)} |")
+        w(f"| 1. host floor: trivial component p50 ≤ 2× hyper's (c1) | {us(fl1['p50'])} vs {us(hy1['p50'])} "
+          f"({fl1['p50'] / hy1['p50']:.1f}×) | {status(fl1['p50'] <= 2 * hy1['p50'])} |")
+    if fl32:
+        for e in ("GET /health", "GET /auth/me"):
+            s = wstat("api", e, 32)
+            if s:
+                frac = s["rps"] / fl32["rps"]
+                w(f"| 2. {e} ≥ 60 % of the floor component's requests/s (c32) | {rate(s['rps'])} vs "
+                  f"{rate(fl32['rps'])}/s ({frac:.0%}) | {status(frac >= 0.6)} |")
+        v32 = vstat(32)
+        if v32:
+            frac = v32["rps"] / fl32["rps"]
+            w(f"| 2. POST /2fa/verify alone ≥ 40 % of the floor's requests/s (c32) | {rate(v32['rps'])} vs "
+              f"{rate(fl32['rps'])}/s ({frac:.0%}) | {status(frac >= 0.4)} |")
+    h = kv_ops.get("GET /api/health")
+    if h and "total" in h:
+        n = sum(h["total"].values())
+        w(f"| 2. GET /health costs at most one store round trip | {n} operation(s) in all | {status(n <= 1)} |")
+    v32, vd32 = vstat(32), vstat(("disk", 32))
+    if v32 and vd32:
+        frac = vd32["rps"] / v32["rps"]
+        w(f"| 3. /2fa/verify with the store on disk ≥ 70 % of tmpfs (c32) | {rate(vd32['rps'])} vs "
+          f"{rate(v32['rps'])}/s ({frac:.0%}) | {status(frac >= 0.7)} |")
+    l32_ = wstat("api", "POST /auth/login", 32)
+    if l32_:
+        frac = l32_["rps"] / floor_logins
+        w(f"| 4. logins ≥ 85 % of the Argon2 floor (c32) | {rate(l32_['rps'])}/s vs {rate(floor_logins)}/s "
+          f"({frac:.0%}) | {status(frac >= 0.85)} |")
+    ml = memory.get("login")
+    if ml and "after10_kib" in ml:
+        d = (ml["after10_kib"] - ml["idle_kib"]) / 1024
+        w(f"| 5. RSS within 64 MiB of idle 10 s after 100 concurrent logins | {d:+,.1f} MiB "
+          f"({ml['after10_kib'] / 1024:,.0f} vs {ml['idle_kib'] / 1024:,.0f} MiB) | {status(d <= 64)} |")
+    for conc in (1, 32):
+        en, ef, ej = (wstat("envoy", n, conc) for n in ("no filter", "edge filter", "jwt_authn"))
+        if en and ef and ej:
+            w(f"| 6. filter p50 overhead ≤ jwt_authn's (c{conc}) | {ef['p50'] - en['p50']:+.1f} µs vs "
+              f"{ej['p50'] - en['p50']:+.1f} µs | {status(ef['p50'] <= ej['p50'])} |")
+    if "filter" in sizes:
+        b = sizes["filter"]["bytes"]
+        w(f"| 6. `edge_filter.wasm` ≤ 300 KB | {b:,} bytes | {status(b <= 300_000)} |")
+    if "component" in sizes:
+        b = sizes["component"]["bytes"]
+        w(f"| 7. `spin_app.wasm` ≤ 1.5 MB | {b:,} bytes | {status(b <= 1_500_000)} |")
+    sc_ = startup.get("component")
+    if sc_:
+        # 19.6 µs: store + instantiate p50 before issue #15 (BENCHMARKS.md of 2026-11-22).
+        v = sc_["store_plus_instantiate_us_p50"]
+        w(f"| 7. component instantiation p50 not worse than before (19.6 µs) | {us(v)} | {status(v <= 19.6 * 1.1)} |")
     e_none, e_filter, e_jwt = (wstat("envoy", n, 1) for n in ("no filter", "edge filter", "jwt_authn"))
     if e_none and e_filter and e_jwt:
         over = e_filter["p50"] - e_none["p50"]
@@ -249,6 +323,52 @@ def main():
             w(f"| {label} | {conc} | {rate(s['rps'])} ({rate(s['rps_min'])}–{rate(s['rps_max'])}) "
               f"| {us(s['p50'])} | {us(s['p99'])} | {ratio} | {s['errors']} |")
     w("")
+    hy = [(c, wstat("hyper", "GET /", c)) for c in (1, 32)]
+    if any(s for _, s in hy):
+        w("**The host floor**: plain hyper (`tfa-bench upstream --threads <cores>`, a fixed 200),")
+        w("same machine, same wrk, measured in alternation with the rows above.\n")
+        w("| server | concurrency | requests/s (min–max) | p50 | p99 | errors |\n|---|---:|---:|---:|---:|---:|")
+        for c, s in hy:
+            if s:
+                w(f"| hyper | {c} | {rate(s['rps'])} ({rate(s['rps_min'])}–{rate(s['rps_max'])}) "
+                  f"| {us(s['p50'])} | {us(s['p99'])} | {s['errors']} |")
+        w("")
+    if verify:
+        w("**`POST /2fa/verify` on its own** (`tfa-bench verify`): before each timed part every user")
+        w("logs in and its TOTP code is computed (not timed); the timed part sends only the prepared")
+        w("verifications, until the deadline or until they run out. These hosts hash with cheap Argon2")
+        w("parameters (`ARGON2_MEMORY_KIB=256 ARGON2_ITERATIONS=1`) so the untimed logins are quick; a")
+        w("verification does not hash. The ratio is over the floor component's requests/s.\n")
+        w("| store | concurrency | requests/s | p50 | p99 | / floor req/s | requests | errors |")
+        w("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for c in (1, 32, ("disk", 1), ("disk", 32)):
+            s = vstat(c)
+            if not s:
+                continue
+            cc = c[1] if isinstance(c, tuple) else c
+            fl = wstat("floor", "GET /health", cc)
+            ratio = f"{s['rps'] / fl['rps']:.0%}" if fl else "–"
+            w(f"| {'disk' if isinstance(c, tuple) else 'tmpfs'} | {cc} | {rate(s['rps'])} | {us(s['p50'])} "
+              f"| {us(s['p99'])} | {ratio} | {s['requests']:,} | {s['errors']} |")
+        w("")
+    if kv_ops:
+        w("**Store operations per request** (`KV_COUNT=true`: the host counts each request's")
+        w("key-value calls; the last of several identical requests, so the common case with no")
+        w("queue bucket due). *Before the response* is what had been done when the host received")
+        w("the response; *in all* adds the work after it (audit records, webhook fan-out, the")
+        w("`sched:next` check). A record update under `tfa_core::lock` costs 4 operations besides")
+        w("its read and write (increment, two neighbour reads, delete).\n")
+        w("| request | before the response (get/set/delete/increment) | in all | total ops |")
+        w("|---|---|---|---:|")
+        def fmt(c):
+            return f"{c['get']}/{c['set']}/{c['delete']}/{c['increment']}" + (f" +{c['other']} other" if c.get("other") else "")
+        for ep in sorted(kv_ops):
+            r = kv_ops[ep]
+            if "total" not in r:
+                continue
+            w(f"| `{ep}` | {fmt(r['before-response']) if 'before-response' in r else '–'} | {fmt(r['total'])} "
+              f"| {sum(r['total'].values())} |")
+        w("")
     w("**2FA login** (`tfa-bench 2fa`: its own keep-alive HTTP/1.1 client, one thread per")
     w("connection; many users with TOTP enabled, each code fresh for its user so replay protection")
     w("never refuses one). A flow is `POST /auth/login` (answered with a temporary token) then")
@@ -334,12 +454,13 @@ def main():
         w(f"{meta['secs']} s (wrk `-t2 -c100`); the host runs at most 64 instances at once")
         w("(`MAX_INSTANCES`, one pooling-allocator slot each), the rest wait. Peak is `VmHWM`, reset")
         w("just before each load.\n")
-        w("| load | RSS before | peak | after | peak − before |\n|---|---:|---:|---:|---:|")
+        w("| load | RSS before | peak | right after | 10 s after | peak − before |\n|---|---:|---:|---:|---:|---:|")
         for name, label in (("me", "GET /auth/me"), ("login", "POST /auth/login (Argon2: 19 MiB each)")):
             m = memory.get(name)
             if m:
+                a10 = f"{m['after10_kib'] / 1024:,.1f} MiB" if "after10_kib" in m else "–"
                 w(f"| {label} | {m['idle_kib'] / 1024:,.1f} MiB | {m['peak_kib'] / 1024:,.1f} MiB "
-                  f"| {m['after_kib'] / 1024:,.1f} MiB | {(m['peak_kib'] - m['idle_kib']) / 1024:,.1f} MiB |")
+                  f"| {m['after_kib'] / 1024:,.1f} MiB | {a10} | {(m['peak_kib'] - m['idle_kib']) / 1024:,.1f} MiB |")
         w("")
 
     # ---------------------------------------------------------------- notes
@@ -357,7 +478,7 @@ def main():
     if m:
         w(f"- Under 100 concurrent logins the host's resident set grows by "
           f"{(m['peak_kib'] - m['idle_kib']) / 1024:,.0f} MiB (about 64 instances × 19 MiB of Argon2 memory) "
-          f"and is still {m['after_kib'] / 1024:,.0f} MiB after the load.")
+          f"and is {m.get('after10_kib', m['after_kib']) / 1024:,.0f} MiB 10 s after the load.")
     if e_none and e_filter:
         w("- Envoy's p50 at concurrency 1 includes wrk's own cost on the same cores; the filter's "
           "overhead is the difference between rows measured in alternation.")

@@ -32,8 +32,10 @@ want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 cores=$(nproc)
 if [ "$mode" = quick ]; then
     RUNS=3; SECS=3; CORE_RUNS=5; TWOFA_USERS=$((150 * cores)); TWOFA_SECS=3; START_INSTANCES=500; COMPILE_RUNS=1
+    VERIFY_USERS=$((1500 * cores)); VERIFY_SECS=2
 else
     RUNS=5; SECS=10; CORE_RUNS=11; TWOFA_USERS=$((500 * cores)); TWOFA_SECS=8; START_INSTANCES=3000; COMPILE_RUNS=3
+    VERIFY_USERS=$((3000 * cores)); VERIFY_SECS=3
 fi
 
 out="$root/target/bench"
@@ -196,11 +198,11 @@ export RATE_LIMIT_ENABLED=false
 # own cost; a second host with its data on disk shows what fsync adds here.
 shm="/dev/shm/tfa-bench-$$"
 mkdir -p "$shm"
-start_host() { # name component port data-dir -> pid in $host_pid
+start_host() { # name component port data-dir [VAR=value…] -> pid in $host_pid
     local dir="$out/$1"
     mkdir -p "$dir"
     # Per-request log lines go to a file: stdout is not what is measured.
-    PORT="$3" DATA_DIR="$4" CACHE_DIR="$out/cache" COMPONENT_PATH="$2" \
+    env "${@:5}" PORT="$3" DATA_DIR="$4" CACHE_DIR="$out/cache" COMPONENT_PATH="$2" \
         SPIN_MANIFEST="$root/spin.toml" "$host_bin" >"$dir/requests.log" 2>"$dir/host.log" &
     host_pid=$!
     pids+=("$host_pid")
@@ -214,6 +216,21 @@ floor_port=$(free_port)
 start_host floor "$floor" "$floor_port" "$shm/floor"
 disk_port=$(free_port)
 start_host api-disk "$component" "$disk_port" "$out/api-disk/data"
+# POST /2fa/verify on its own: logins are prepared before each timed part,
+# so these hosts hash with cheap Argon2 parameters (a verification never
+# hashes); one on tmpfs, one on disk.
+cheap_argon=(ARGON2_MEMORY_KIB=256 ARGON2_ITERATIONS=1)
+ver_port=$(free_port)
+start_host api-verify "$component" "$ver_port" "$shm/verify" "${cheap_argon[@]}"
+verd_port=$(free_port)
+start_host api-verify-disk "$component" "$verd_port" "$out/api-verify-disk/data" "${cheap_argon[@]}"
+# The physical floor of an HTTP server in Rust: hyper answering a fixed 200
+# on as many threads as cores (tfa-bench upstream).
+hyper_port=$(free_port)
+"$bench_bin" upstream --port "$hyper_port" --threads "$cores" --max-secs 3600 2>"$out/hyper.log" &
+pids+=("$!")
+echo "$bench_bin upstream --port <free> --threads $cores" >>"$commands"
+wait_http "$hyper_port" /
 
 user_json=$("$bench_bin" user --port "$api_port")
 email=$(jq -r .email <<<"$user_json")
@@ -231,6 +248,7 @@ wrk -t1 -c4 -d1s -s "$lua" "$api/health" >/dev/null
 for run_i in $(seq 1 "$RUNS"); do
     for conc in 1 32; do
         step "API run $run_i/$RUNS, concurrency $conc"
+        wrk_run "\"target\":\"hyper\",\"endpoint\":\"GET /\",\"run\":$run_i" "$conc" "http://127.0.0.1:$hyper_port/"
         wrk_run "\"target\":\"floor\",\"endpoint\":\"GET /health\",\"run\":$run_i" "$conc" "$flo/health"
         wrk_run "\"target\":\"api\",\"endpoint\":\"GET /health\",\"run\":$run_i" "$conc" "$api/health"
         wrk_run "\"target\":\"api\",\"endpoint\":\"GET /auth/me\",\"run\":$run_i" "$conc" "$api/auth/me" WRK_TOKEN="$access"
@@ -240,6 +258,41 @@ for run_i in $(seq 1 "$RUNS"); do
         wrk_run "\"target\":\"api_disk\",\"endpoint\":\"POST /auth/login\",\"run\":$run_i" "$conc" "$dsk/auth/login" WRK_METHOD=POST WRK_BODY="$disk_login_body"
     done
 done
+
+step "POST /2fa/verify on its own ($VERIFY_USERS users; tmpfs, then disk)"
+run "$bench_bin" verify --port "$ver_port" --users "$VERIFY_USERS" --conc 1,32 --runs "$RUNS" --secs "$VERIFY_SECS" >"$out/verify.jsonl"
+cat "$out/verify.jsonl" >>"$results"
+run "$bench_bin" verify --port "$verd_port" --users "$VERIFY_USERS" --conc 1,32 --runs 2 --secs "$VERIFY_SECS" >"$out/verify-disk.jsonl" ||
+    echo "verify on disk failed (see $out/api-verify-disk/host.log); its rows are left out" >&2
+sed 's/"bench":"2fa_verify"/"bench":"2fa_verify_disk"/' "$out/verify-disk.jsonl" >>"$results"
+
+step "store operations per request (KV_COUNT=true)"
+kv_port=$(free_port)
+start_host api-kv "$component" "$kv_port" "$shm/kv" KV_COUNT=true "${cheap_argon[@]}"
+echo "KV_COUNT=true (other settings as above) $host_bin; tfa-bench verify/user; curl each endpoint; the last 'kv-ops' lines per endpoint" >>"$commands"
+"$bench_bin" verify --port "$kv_port" --users 2 --conc 1 --runs 1 --secs 1 >/dev/null
+kv_json=$("$bench_bin" user --port "$kv_port")
+kv_access=$(jq -r .access <<<"$kv_json")
+kv_login="{\"emailOrUsername\":\"$(jq -r .email <<<"$kv_json")\",\"password\":\"Str0ng!Passw0rd\"}"
+kv="http://127.0.0.1:$kv_port/api"
+for _ in 1 2 3; do
+    curl -s -o /dev/null "$kv/health"
+    curl -s -o /dev/null "$kv/health/live"
+    curl -s -o /dev/null -H "authorization: Bearer $kv_access" "$kv/auth/me"
+    curl -s -o /dev/null -H 'content-type: application/json' -d "$kv_login" "$kv/auth/login"
+done
+sleep 1
+python3 - "$out/api-kv/requests.log" >>"$results" <<'PY'
+import json, re, sys
+last = {}
+for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
+    m = re.match(r"kv-ops (\S+ \S+) (before-response|total) (.*)", line.strip())
+    if m:
+        counts = {k: int(v) for k, v in (p.split("=") for p in m.group(3).split())}
+        last.setdefault(m.group(1), {})[m.group(2)] = counts
+for endpoint, r in last.items():
+    print(json.dumps({"bench": "kv_ops", "endpoint": endpoint, **r}))
+PY
 
 step "2FA login (login + /2fa/verify, $TWOFA_USERS users)"
 run "$bench_bin" 2fa --port "$api_port" --users "$TWOFA_USERS" --conc 1,32 --runs "$RUNS" --secs "$TWOFA_SECS" >"$out/2fa.jsonl"
@@ -262,9 +315,11 @@ for what in me login; do
     fi
     peak=$(rss "$api_pid" VmHWM)
     after=$(rss "$api_pid" VmRSS)
-    record "{\"bench\":\"memory\",\"endpoint\":\"$what\",\"idle_kib\":$idle,\"peak_kib\":$peak,\"after_kib\":$after}"
+    sleep 10
+    after10=$(rss "$api_pid" VmRSS)
+    record "{\"bench\":\"memory\",\"endpoint\":\"$what\",\"idle_kib\":$idle,\"peak_kib\":$peak,\"after_kib\":$after,\"after10_kib\":$after10}"
 done
-echo "wrk -t2 -c100 -d${SECS}s (GET /auth/me, POST /auth/login); VmRSS before, VmHWM after (reset by writing 5 to /proc/PID/clear_refs)" >>"$commands"
+echo "wrk -t2 -c100 -d${SECS}s (GET /auth/me, POST /auth/login); VmRSS before, VmHWM after (reset by writing 5 to /proc/PID/clear_refs), VmRSS 10 s after" >>"$commands"
 cleanup
 pids=()
 

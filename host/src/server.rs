@@ -69,7 +69,7 @@ impl Server {
         let method = req.method().to_string();
         let path = req.uri().path().to_string();
         let resp = self.run(req, peer, local).await;
-        crate::accesslog::line(format!(
+        crate::accesslog::line(&format!(
             "{method} {path} {} {}ms",
             resp.status().as_u16(),
             started.elapsed().as_millis()
@@ -146,7 +146,7 @@ impl Server {
         });
         let answer = rx.await;
         if let Some((ops, label)) = &kv_ops {
-            crate::accesslog::line(format!(
+            crate::accesslog::line(&format!(
                 "kv-ops {label} before-response {}",
                 format_ops(ops.snapshot())
             ));
@@ -235,7 +235,7 @@ struct KvOpsLog(Option<(Arc<crate::runtime::KvOps>, String)>);
 impl Drop for KvOpsLog {
     fn drop(&mut self) {
         if let Some((ops, label)) = &self.0 {
-            crate::accesslog::line(format!(
+            crate::accesslog::line(&format!(
                 "kv-ops {label} total {}",
                 format_ops(ops.snapshot())
             ));

@@ -15,7 +15,9 @@
 //!   timed part (one JSON line per run and concurrency).
 //! * `token --secret S`: an access token (mfa: true) valid for 15 minutes,
 //!   for Envoy.
-//! * `upstream --port P [--max-secs S]`: the app behind Envoy.
+//! * `upstream --port P [--threads N] [--max-secs S]`: the app behind Envoy
+//!   (one thread), and with `--threads` the host-floor row of the API
+//!   benchmark: plain hyper answering a fixed 200.
 //!
 //! Everything talks to 127.0.0.1 only, and every loop is bounded in time.
 
@@ -191,8 +193,9 @@ fn real_main() -> anyhow::Result<()> {
             let args = Args(rest);
             let port = args.port()?;
             let max_secs = args.num("--max-secs", 3600)?;
+            let threads: usize = args.num("--threads", 1)?;
             tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
+                .worker_threads(threads.max(1))
                 .enable_all()
                 .build()?
                 .block_on(upstream::run(port, max_secs))
