@@ -465,6 +465,41 @@ def main():
 
     # ---------------------------------------------------------------- notes
     w("## Notes on these figures\n")
+    if hy32 and fl32:
+        cpu = lambda s: cores * 1e6 / s["rps"]
+        w(f"- **Why the host floor stays below hyper (target 1).** At concurrency 32 hyper answers "
+          f"{rate(hy32['rps'])}/s, about {cpu(hy32):.0f} µs of CPU per request on {cores} cores with wrk "
+          f"included; the trivial component through `tfa-host` {rate(fl32['rps'])}/s, about "
+          f"{cpu(fl32):.0f} µs. The difference is what a fresh wasm instance per request costs: a "
+          "pooling slot and instantiation (see `store + instantiate` in section 4), the wasi:http "
+          "request and response resources crossing the component boundary, the instance's own "
+          "task, and resetting the slot's touched pages afterwards. The profile (perf, 2 cores, "
+          "before these changes) showed 30 % of the host's CPU in TLB-shootdown interrupts from "
+          "the pooling allocator's `madvise` resets; resetting in place (keep-resident + "
+          "`PAGEMAP_SCAN`) removed them and doubled the floor's throughput, and moving the request "
+          "log off the request path added a third. What remains is flat (no function above 2 %). "
+          "Reaching half of hyper would take reusing an instance for many requests, which Spin "
+          "does not do and which would let one request's memory be seen by the next; this host "
+          "keeps Spin's model of one fresh instance per request.")
+    me32, he32 = wstat("api", "GET /auth/me", 32), wstat("api", "GET /health", 32)
+    if fl32 and me32:
+        w(f"- **The API over its floor (target 2).** `GET /health` (one store read) reaches "
+          f"{(he32 or me32)['rps'] / fl32['rps']:.0%} of the floor and `GET /auth/me` (three reads) "
+          f"{me32['rps'] / fl32['rps']:.0%}. Most of the gap is the component itself, not its store "
+          "work: any route of `spin_app.wasm` that touches no store (`/health/live`, a 404) is "
+          "measured by hand at about 53 % of the floor component on this machine, because the "
+          f"{sizes.get('component', {}).get('bytes', 0) / 1e6:.1f} MB component instantiates in about "
+          f"twice the time of the {sizes.get('floor', {}).get('bytes', 0) / 1e6:.1f} MB floor, dirties more pages "
+          "to reset, and reads its ~40 settings through `fermyon:spin/variables` (one host call "
+          "each: 7 % of `/health/live`'s throughput, measured by building it without them). "
+          "`POST /2fa/verify` makes 20 store calls (the table above), 11 of them writes that each "
+          "wait for a durable commit.")
+    if v32 and vd32:
+        w(f"- **Durable writes (target 3).** Every acknowledged write is committed with "
+          f"`synchronous=FULL`; concurrent writes share a commit (group commit), so the disk costs "
+          f"/2fa/verify {1 - vd32['rps'] / v32['rps']:.0%} of its tmpfs throughput at concurrency 32 "
+          "instead of one fsync per write. At concurrency 1 there is nothing to share and each of "
+          "a verification's 11 writes waits for its own fsync.")
     simd_v = core.get("wasm_simd", {}).get("argon2id_verify", {}).get("median_ns")
     if simd_v and argon_verify_ns == argon_verify_ns:
         w(f"- The component is built without `+simd128` (`spin.toml`); Argon2id verify takes "
