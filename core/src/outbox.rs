@@ -15,16 +15,6 @@ pub enum Step {
     Deliver(Delivery, Pending),
 }
 
-impl Step {
-    /// The reply, if this step is one (convenience for tests).
-    pub fn into_reply(self) -> Option<Reply> {
-        match self {
-            Step::Respond(r) => Some(r),
-            Step::Deliver(..) => None,
-        }
-    }
-}
-
 /// A response plus the effects to run once it has been sent.
 #[derive(Debug)]
 pub struct Reply {
