@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# E-mail over SMTP: core's SMTP client unit tests, then the live tests
+# E-mail over SMTP: the SMTP client's unit tests (crate tfa-smtp), then the live tests
 # against a real SMTP server (aiosmtpd, started and stopped by each test on
 # 127.0.0.1; see tests/smtp/server.py). Idempotent: installs what is missing.
 #
@@ -46,7 +46,7 @@ if [ "${1:-}" = "--install-only" ]; then
 fi
 
 step "core SMTP client (scripted servers, property tests)"
-cargo test -p tfa-core --lib smtp
+cargo test -p tfa-smtp
 
 step "core SMTP client against aiosmtpd (plain, STARTTLS, implicit TLS, AUTH)"
 cargo test -p e2e-tests --test smtp_client_live

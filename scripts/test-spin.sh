@@ -148,7 +148,7 @@ files=(api_flows api_stores api_keys_audit api_integrations api_email)
 [ -n "${TFA_SPIN_TESTS:-}" ] && read -r -a files <<<"$TFA_SPIN_TESTS"
 not_run=(
   "api_crash: SIGKILL, then checks the local host's SQLite file DATA_DIR/kv.sqlite3 (Spin's is <state dir>/sqlite_key_value.db)"
-  "filter_host, filter_envoy, smtp_client_live: not about the component's host (the Envoy filter, core's SMTP client)"
+  "filter_host, filter_envoy, smtp_client_live: not about the component's host (the Envoy filter, the tfa-smtp client)"
 )
 if [ -z "$smtp_ok" ]; then
   files=("${files[@]/api_email}")

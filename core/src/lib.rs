@@ -115,8 +115,6 @@ pub mod secrets;
 mod service;
 #[cfg(feature = "service")]
 pub mod sessions;
-#[cfg(feature = "service")]
-pub mod smtp;
 #[cfg(feature = "testing")]
 pub mod testing;
 #[cfg(feature = "service")]

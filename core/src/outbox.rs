@@ -47,37 +47,9 @@ pub struct HttpCall {
     pub body: Vec<u8>,
 }
 
-/// How to reach the SMTP server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SmtpTls {
-    /// Plain connection, upgraded with STARTTLS when the server offers it.
-    StartTlsIfOffered,
-    /// TLS from the first byte (port 465).
-    Implicit,
-}
-
-/// An e-mail to send, with the SMTP server to send it through.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EmailMessage {
-    /// SMTP host name.
-    pub host: String,
-    /// SMTP port.
-    pub port: u16,
-    /// TLS mode.
-    pub tls: SmtpTls,
-    /// `AUTH` user name and password, when configured.
-    pub auth: Option<(String, String)>,
-    /// Envelope and header sender.
-    pub from: String,
-    /// Recipient address.
-    pub to: String,
-    /// Subject line (never contains CR or LF).
-    pub subject: String,
-    /// Plain-text part.
-    pub text: String,
-    /// HTML part.
-    pub html: String,
-}
+// The e-mail and how to reach its server: the SMTP crate's types, so the
+// host hands core's message to `tfa_smtp::SmtpClient` as it is.
+pub use tfa_smtp::{EmailMessage, SmtpTls};
 
 /// Why a delivery failed (detail for the log; the client sees a fixed message).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -229,11 +229,11 @@ async fn deliver(
     }
 }
 
-/// The time and random bytes core's SMTP client needs for one message.
-fn stamp(rng: &mut WasiRng) -> tfa_core::smtp::Stamp {
+/// The time and random bytes the SMTP client needs for one message.
+fn stamp(rng: &mut WasiRng) -> tfa_smtp::Stamp {
     let mut random = [0u8; 32];
     rng.fill(&mut random);
-    tfa_core::smtp::Stamp {
+    tfa_smtp::Stamp {
         unix_secs: now_ms() / 1000,
         random,
     }

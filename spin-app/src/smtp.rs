@@ -1,5 +1,5 @@
-//! E-mail over SMTP from inside the component: the transport under
-//! [`tfa_core::smtp`].
+//! E-mail over SMTP from inside the component: the transport that drives
+//! the sans-I/O client of the `tfa-smtp` crate.
 //!
 //! # What it does
 //! - Opens a TCP connection with `wasi:sockets` (the `wasi` crate's
@@ -16,7 +16,7 @@
 //!   plus the certificates of `EMAIL_TLS_CA_PEM` when set; the server name
 //!   checked is `EMAIL_HOST`. Implicit TLS (port 465) starts before the
 //!   greeting; otherwise core asks for STARTTLS when the server offers it.
-//! - Drives core's sans-I/O client (see its module docs) to the end and
+//! - Drives the sans-I/O client (see the `tfa-smtp` crate docs) to the end and
 //!   reports the result as a [`DeliveryError`] for the log.
 //!
 //! # What it does not do
@@ -42,8 +42,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use tfa_core::outbox::{EmailMessage, SmtpTls};
-use tfa_core::smtp::{ClientOptions, SmtpClient, Stamp};
 use tfa_core::DeliveryError;
+use tfa_smtp::{ClientOptions, SmtpClient, Stamp, Status};
 use wasi::clocks::monotonic_clock;
 use wasi::io::poll::{self, Pollable};
 use wasi::io::streams::{InputStream, OutputStream, StreamError};
@@ -90,12 +90,7 @@ pub fn send(
         SmtpTls::Implicit => Conn::Tls(Box::new(handshake(socket, &config, &message.host)?)),
         SmtpTls::StartTlsIfOffered => Conn::Plain(socket),
     };
-    drive(&mut client, conn, &config, &message.host).map_err(fail)?;
-    match client.outcome() {
-        Some(Ok(())) => Ok(()),
-        Some(Err(e)) => Err(fail(e.to_string())),
-        None => Err(fail("the session did not finish".into())),
-    }
+    drive(&mut client, conn, &config, &message.host).map_err(fail)
 }
 
 /// The public roots plus the extra PEM certificates.
@@ -158,7 +153,8 @@ impl Conn {
 trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
 
-/// Core's host loop (see `tfa_core::smtp`, "How a host drives it").
+/// The client's host loop (see `tfa_smtp`, "How a host drives it"): the
+/// session's result, or why the connection failed.
 fn drive(
     client: &mut SmtpClient,
     conn: Conn,
@@ -176,28 +172,32 @@ fn drive(
         while let Some(out) = client.poll_output() {
             written = written.and_then(|()| c.io().write_all(&out));
         }
+        let status = client.status();
         if let Err(e) = written.and_then(|()| c.io().flush()) {
             // Once the message is accepted, a failed QUIT does not matter.
-            return match client.outcome() {
-                Some(Ok(())) => Ok(()),
+            return match status {
+                Status::Done(Ok(())) => Ok(()),
                 _ => Err(format!("write: {e}")),
             };
         }
-        if client.is_done() {
-            if let Conn::Tls(tls) = c {
-                tls.conn.send_close_notify();
-                let _ = tls.flush();
+        match status {
+            Status::Done(result) => {
+                if let Conn::Tls(tls) = c {
+                    tls.conn.send_close_notify();
+                    let _ = tls.flush();
+                }
+                return result.map_err(|e| e.to_string());
             }
-            return Ok(());
-        }
-        if client.wants_tls() {
-            let Some(Conn::Plain(socket)) = conn.take() else {
-                return Err("STARTTLS asked for twice".into());
-            };
-            let tls = handshake(socket, config, host).map_err(|e| e.0)?;
-            conn = Some(Conn::Tls(Box::new(tls)));
-            client.tls_established();
-            continue;
+            Status::StartTls => {
+                let Some(Conn::Plain(socket)) = conn.take() else {
+                    return Err("STARTTLS asked for twice".into());
+                };
+                let tls = handshake(socket, config, host).map_err(|e| e.0)?;
+                conn = Some(Conn::Tls(Box::new(tls)));
+                client.tls_established();
+                continue;
+            }
+            Status::Running => {}
         }
         match c.io().read(&mut buf) {
             Ok(0) => client.handle_eof(),

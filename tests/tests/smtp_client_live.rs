@@ -1,4 +1,4 @@
-//! `tfa_core::smtp` against a real SMTP server: aiosmtpd, started by each
+//! `tfa_smtp` against a real SMTP server: aiosmtpd, started by each
 //! test from `tests/smtp/server.py` on 127.0.0.1 ([`SmtpServer`]) and stopped
 //! when the test ends. The test owns the socket (`std::net::TcpStream`) and TLS (`rustls`
 //! with the RustCrypto provider, trusting the test CA the script makes).
@@ -20,8 +20,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use serde_json::Value;
-use tfa_core::outbox::{EmailMessage, SmtpTls};
-use tfa_core::smtp::{ClientOptions, SmtpClient, SmtpError, Stage, Stamp};
+use tfa_smtp::{ClientOptions, EmailMessage, SmtpClient, SmtpError, SmtpTls, Stage, Stamp, Status};
 
 const STEP: Duration = Duration::from_secs(10);
 
@@ -120,16 +119,18 @@ fn send(msg: &EmailMessage, port: u16, ca_pem: Option<&str>) -> Result<(), Failu
             c.write_all(&out).map_err(|e| Failure::Io(e.to_string()))?;
         }
         c.flush().map_err(|e| Failure::Io(e.to_string()))?;
-        if client.is_done() {
-            break;
-        }
-        if client.wants_tls() {
-            let Some(Conn::Plain(sock)) = conn.take() else {
-                return Err(Failure::Io("STARTTLS twice".into()));
-            };
-            conn = Some(Conn::Tls(handshake(sock, &config, &msg.host)?));
-            client.tls_established();
-            continue;
+        match client.status() {
+            Status::Done(Ok(())) => return Ok(()),
+            Status::Done(Err(e)) => return Err(Failure::Smtp(e)),
+            Status::StartTls => {
+                let Some(Conn::Plain(sock)) = conn.take() else {
+                    return Err(Failure::Io("STARTTLS twice".into()));
+                };
+                conn = Some(Conn::Tls(handshake(sock, &config, &msg.host)?));
+                client.tls_established();
+                continue;
+            }
+            Status::Running => {}
         }
         match c.read(&mut buf) {
             Ok(0) => client.handle_eof(),
@@ -137,11 +138,7 @@ fn send(msg: &EmailMessage, port: u16, ca_pem: Option<&str>) -> Result<(), Failu
             Err(e) => return Err(Failure::Io(format!("read: {e}"))),
         }
     }
-    match client.outcome() {
-        Some(Ok(())) => Ok(()),
-        Some(Err(e)) => Err(Failure::Smtp(e.clone())),
-        None => Err(Failure::Io("the session did not finish".into())),
-    }
+    Err(Failure::Io("the session did not finish".into()))
 }
 
 fn message(tls: SmtpTls, auth: Option<(&str, &str)>) -> EmailMessage {
