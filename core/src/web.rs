@@ -55,8 +55,25 @@ pub fn rate_headers(resp: &mut Response, info: &RateInfo) {
     resp.set_header("X-RateLimit-Reset", info.reset_secs.to_string());
 }
 
+/// A host's own answer, for what it must decide before core can (settings
+/// it cannot use: [`ApiError::Unavailable`]; a body over [`MAX_BODY_BYTES`]:
+/// [`ApiError::BodyTooLarge`]; a body it cannot read: a
+/// [`ApiError::Validation`]) or after (response headers it cannot write:
+/// [`ApiError::Internal`]): the same envelope and security headers as
+/// core's own answers. `config` is `None` when there is none (the settings
+/// are the problem): then no `Strict-Transport-Security`.
+pub fn host_error(err: &ApiError, config: Option<&Config>) -> Response {
+    let mut resp = error_response(err);
+    base_security_headers(&mut resp, config.is_some_and(|c| c.production));
+    resp
+}
+
 /// Adds the security headers every response carries.
 pub fn security_headers(resp: &mut Response, config: &Config) {
+    base_security_headers(resp, config.production);
+}
+
+fn base_security_headers(resp: &mut Response, production: bool) {
     resp.set_header("X-Content-Type-Options", "nosniff");
     resp.set_header("X-Frame-Options", "DENY");
     resp.set_header("Referrer-Policy", "no-referrer");
@@ -65,7 +82,7 @@ pub fn security_headers(resp: &mut Response, config: &Config) {
         "default-src 'none'; frame-ancestors 'none'",
     );
     resp.set_header("Cache-Control", "no-store");
-    if config.production {
+    if production {
         resp.set_header(
             "Strict-Transport-Security",
             "max-age=31536000; includeSubDomains",

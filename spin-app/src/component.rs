@@ -7,7 +7,9 @@ use spin_sdk::http::{Fields, IncomingRequest, OutgoingResponse, ResponseOutparam
 use spin_sdk::http_component;
 use spin_sdk::key_value;
 use spin_sdk::wit::wasi::keyvalue::{atomics, store as wasi_store};
+use tfa_core::error::ApiError;
 use tfa_core::outbox::HttpCall;
+use tfa_core::web;
 use tfa_core::{
     Config, Delivery, DeliveryError, Env, Request, Response, Rng, Service, Step, Store, StoreError,
 };
@@ -35,7 +37,7 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("tfa: refusing requests: {e}");
-            send(out, json_response(503, util::UNAVAILABLE_BODY)).await;
+            send(out, web::host_error(&ApiError::Unavailable, None)).await;
             return;
         }
     };
@@ -43,7 +45,7 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
     let service = Service::new(config);
 
     // 3. The request.
-    let request = match read_request(req).await {
+    let request = match read_request(req, service.config()).await {
         Ok(r) => r,
         Err(early) => {
             send(out, early).await;
@@ -117,16 +119,8 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn json_response(status: u16, body: &[u8]) -> Response {
-    Response {
-        status,
-        headers: vec![("content-type".into(), "application/json".into())],
-        body: body.to_vec(),
-    }
-}
-
 /// Turns the incoming request into core's shape, or an early answer.
-async fn read_request(req: IncomingRequest) -> Result<Request, Response> {
+async fn read_request(req: IncomingRequest, config: &Config) -> Result<Request, Response> {
     let method = req.method().to_string().to_ascii_uppercase();
     let path = req.path_with_query().unwrap_or_else(|| "/".to_string());
     let mut headers = Vec::new();
@@ -152,15 +146,15 @@ async fn read_request(req: IncomingRequest) -> Result<Request, Response> {
         match chunk {
             Ok(bytes) => {
                 body.extend_from_slice(&bytes);
-                if body.len() > util::MAX_BODY {
-                    return Err(json_response(413, util::TOO_LARGE_BODY));
+                if body.len() > web::MAX_BODY_BYTES {
+                    return Err(web::host_error(&ApiError::BodyTooLarge, Some(config)));
                 }
             }
             Err(e) => {
                 eprintln!("tfa: could not read the request body: {e}");
-                return Err(json_response(
-                    400,
-                    br#"{"success":false,"error":"Could not read request body"}"#,
+                return Err(web::host_error(
+                    &ApiError::Validation("could not read the request body".into()),
+                    Some(config),
                 ));
             }
         }
@@ -189,14 +183,17 @@ async fn send(out: ResponseOutparam, mut response: Response) {
         Ok(h) => (h, response.body),
         Err(e) => {
             eprintln!("tfa: invalid response headers: {e:?}");
-            let body = br#"{"success":false,"error":"Internal server error"}"#.to_vec();
-            response.status = 500;
-            let h = Fields::from_list(&[
-                ("content-type".into(), b"application/json".to_vec()),
-                ("content-length".into(), body.len().to_string().into_bytes()),
-            ])
-            .unwrap_or_else(|_| Fields::new());
-            (h, body)
+            let mut fallback = web::host_error(&ApiError::Internal, None);
+            let len = fallback.body.len().to_string();
+            fallback.set_header("content-length", len);
+            response.status = fallback.status;
+            let fields: Vec<(String, Vec<u8>)> = fallback
+                .headers
+                .iter()
+                .map(|(k, v)| (k.to_ascii_lowercase(), v.as_bytes().to_vec()))
+                .collect();
+            let h = Fields::from_list(&fields).unwrap_or_else(|_| Fields::new());
+            (h, fallback.body)
         }
     };
     let outgoing = OutgoingResponse::new(headers);

@@ -2,15 +2,6 @@
 
 use std::collections::BTreeMap;
 
-/// The largest request body the service reads (64 KiB).
-pub const MAX_BODY: usize = 65536;
-
-/// The answer when the settings cannot be used.
-pub const UNAVAILABLE_BODY: &[u8] = br#"{"success":false,"error":"Service unavailable"}"#;
-
-/// The answer when the request body is larger than [`MAX_BODY`].
-pub const TOO_LARGE_BODY: &[u8] = br#"{"success":false,"error":"Request body too large"}"#;
-
 /// Collects the settings: for each specification name, `variable(lower-case
 /// name)` first, then `env(NAME)`. Empty (or blank) values count as unset.
 pub fn collect_settings(

@@ -213,13 +213,17 @@ fn errors_are_clear_and_never_500() {
     r.assert_error(405, "Method not allowed");
     assert_eq!(r.header("allow"), Some("POST"));
     let big = vec![b'a'; 70 * 1024];
-    c.send(
+    let r = c.send(
         "POST",
         "/api/auth/register",
         &[("Content-Type", "application/json")],
         &big,
-    )
-    .assert_error(413, "Request body too large");
+    );
+    r.assert_error(413, "Request body too large");
+    // The component answers this one itself (core never sees the body),
+    // through core's envelope builder: the same security headers.
+    assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+    assert_eq!(r.header("cache-control"), Some("no-store"));
     let bodies: Vec<(&str, Vec<u8>)> = vec![
         ("application/json", b"{".to_vec()),
         ("application/json", b"[1,2]".to_vec()),
