@@ -6,9 +6,6 @@
 //! id `-`. A record never carries a secret, a code or a token: handlers put
 //! only ids, method names and reasons in `details`.
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
 use crate::context::{Ctx, Outcome};
 use crate::error::ApiError;
 use crate::ports::Env;
@@ -41,28 +38,7 @@ pub const ACTIONS: &[&str] = &[
     "rate_limited",
 ];
 
-/// One audit record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AuditRecord {
-    /// Record id.
-    pub id: String,
-    /// Owner of the record (user id), when known.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub user_id: Option<String>,
-    /// Action name from [`ACTIONS`].
-    pub action: String,
-    /// Whether the action succeeded.
-    pub success: bool,
-    /// Client address.
-    pub ip_address: String,
-    /// Client user agent.
-    pub user_agent: String,
-    /// Extra details; never secrets, codes or tokens.
-    pub details: Value,
-    /// ISO 8601 time.
-    pub created_at: String,
-}
+pub use crate::outbox::AuditRecord;
 
 /// Writes `record` to the store.
 pub fn persist(env: &mut Env, record: &AuditRecord) -> Result<(), ApiError> {

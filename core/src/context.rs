@@ -4,11 +4,10 @@
 
 use serde_json::Value;
 
-use crate::audit::AuditRecord;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::http::{Request, Response};
-use crate::outbox::{Delivery, Effect};
+use crate::outbox::{AuditRecord, Delivery, Effect};
 use crate::ports::Env;
 use crate::ratelimit::{self, Rule, Slot};
 use crate::secrets::{self, Keys};
@@ -178,27 +177,9 @@ impl<'c, 'e, 'a> Ctx<'c, 'e, 'a> {
         }
     }
 
-    /// Records an audit event (written after the response).
+    /// Records an audit event (written after the response; the webhook event
+    /// it announces, if any, is derived from it then: [`crate::Service::complete`]).
     pub fn audit(&mut self, user_id: Option<&str>, action: &str, success: bool, details: Value) {
-        // Successful actions announce their webhook event; failed second
-        // factors announce `2fa.failed`.
-        let event = match (success, action) {
-            (true, _) => crate::webhooks::event_for(action, &details),
-            (false, "2fa_failed") => Some("2fa.failed"),
-            (false, _) => None,
-        };
-        if let (Some(uid), Some(event)) = (user_id, event) {
-            let mut data = details.clone();
-            if let Some(obj) = data.as_object_mut() {
-                obj.insert("userId".into(), Value::String(uid.to_string()));
-                obj.insert("ipAddress".into(), Value::String(self.ip.clone()));
-            }
-            self.effects.push(Effect::Event {
-                user_id: uid.to_string(),
-                event: event.to_string(),
-                data,
-            });
-        }
         let record = AuditRecord {
             id: util::uuid_v4(self.env),
             user_id: user_id.map(str::to_string),

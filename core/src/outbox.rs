@@ -3,6 +3,9 @@
 //! hear about) and effects that happen after it (audit records, later
 //! webhooks).
 
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
 use crate::http::Response;
 
 /// The outcome of one step of handling a request.
@@ -59,21 +62,11 @@ pub struct DeliveryError(pub String);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
     /// An audit record to persist ([`crate::Service::complete`] does it).
-    Audit(crate::audit::AuditRecord),
+    Audit(AuditRecord),
     /// A line for the operator's log only (never shown to the client).
     Log(String),
-    /// An event for the user's webhooks ([`crate::Service::complete`] fans it
-    /// out into deliveries).
-    Event {
-        /// Whose hooks.
-        user_id: String,
-        /// Event name.
-        event: String,
-        /// The payload's `data`.
-        data: serde_json::Value,
-    },
     /// A webhook delivery already recorded, to attempt after the response.
-    Webhook(crate::webhooks::WebhookCall),
+    Webhook(WebhookCall),
     /// Check the time-bucketed queues (webhook retries, expiry sweeps) after
     /// the response. Every request asks for it except `GET /health` and
     /// `/health/ready`, whose whole cost is one store read.
@@ -87,9 +80,41 @@ pub struct Completion {
     /// Lines for the operator's log.
     pub log: Vec<String>,
     /// Webhook deliveries to attempt now.
-    pub webhooks: Vec<crate::webhooks::WebhookCall>,
+    pub webhooks: Vec<WebhookCall>,
 }
 
 /// State carried across a [`Delivery`]; opaque to hosts.
 #[derive(Debug)]
 pub struct Pending(pub(crate) Box<crate::context::Suspended>);
+
+/// One audit record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditRecord {
+    /// Record id.
+    pub id: String,
+    /// Owner of the record (user id), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    /// Action name from [`ACTIONS`].
+    pub action: String,
+    /// Whether the action succeeded.
+    pub success: bool,
+    /// Client address.
+    pub ip_address: String,
+    /// Client user agent.
+    pub user_agent: String,
+    /// Extra details; never secrets, codes or tokens.
+    pub details: Value,
+    /// ISO 8601 time.
+    pub created_at: String,
+}
+
+/// A delivery attempt for the host to make after the response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookCall {
+    /// Report the outcome with this id.
+    pub delivery_id: String,
+    /// The signed POST.
+    pub call: HttpCall,
+}

@@ -60,6 +60,14 @@ impl Service {
         for effect in effects {
             match effect {
                 Effect::Audit(record) => {
+                    if let Some((user_id, event, data)) = webhooks::event_of(&record) {
+                        match webhooks::fan_out(env, &user_id, event, data) {
+                            Ok(calls) => out.webhooks.extend(calls),
+                            Err(_) => out
+                                .log
+                                .push(format!("webhooks: event {event} could not be queued")),
+                        }
+                    }
                     if audit::persist(env, &record).is_err() {
                         out.log.push(format!(
                             "audit record {} ({}) could not be stored",
@@ -68,16 +76,6 @@ impl Service {
                     }
                 }
                 Effect::Log(line) => out.log.push(line),
-                Effect::Event {
-                    user_id,
-                    event,
-                    data,
-                } => match webhooks::fan_out(env, &user_id, &event, data) {
-                    Ok(calls) => out.webhooks.extend(calls),
-                    Err(_) => out
-                        .log
-                        .push(format!("webhooks: event {event} could not be queued")),
-                },
                 Effect::Webhook(call) => out.webhooks.push(call),
                 Effect::Maintenance => maintenance = true,
             }

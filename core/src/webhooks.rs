@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 
 use crate::context::{Ctx, Outcome};
 use crate::error::ApiError;
-use crate::outbox::{Effect, HttpCall};
+use crate::outbox::{AuditRecord, Effect, HttpCall};
 use crate::ports::Env;
 use crate::ratelimit;
 use crate::records::{self, UserRecord};
@@ -105,20 +105,32 @@ pub struct DeliveryRecord {
     pub created_ms: u64,
 }
 
-/// A delivery attempt for the host to make after the response.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebhookCall {
-    /// Report the outcome with this id.
-    pub delivery_id: String,
-    /// The signed POST.
-    pub call: HttpCall,
-}
+pub use crate::outbox::WebhookCall;
 
 fn hook_key(id: &str) -> String {
     format!("wh:{id}")
 }
 fn delivery_key(id: &str) -> String {
     format!("whd:{id}")
+}
+
+/// The webhook event an audit record announces, if any: (user, event, the
+/// payload's `data`: the record's details plus `userId` and `ipAddress`).
+/// Successful actions announce theirs ([`event_for`]); a failed second
+/// factor announces `2fa.failed`.
+pub fn event_of(record: &AuditRecord) -> Option<(String, &'static str, Value)> {
+    let user_id = record.user_id.as_deref()?;
+    let event = match (record.success, record.action.as_str()) {
+        (true, action) => event_for(action, &record.details)?,
+        (false, "2fa_failed") => "2fa.failed",
+        (false, _) => return None,
+    };
+    let mut data = record.details.clone();
+    if let Some(obj) = data.as_object_mut() {
+        obj.insert("userId".into(), Value::String(user_id.to_string()));
+        obj.insert("ipAddress".into(), Value::String(record.ip_address.clone()));
+    }
+    Some((user_id.to_string(), event, data))
 }
 
 /// The event a successful audit action announces, if any.
