@@ -102,12 +102,13 @@ rustup target add wasm32-wasip1 wasm32-wasip2 wasm32-unknown-unknown >/dev/null 
 # ------------------------------------------------------------------ builds
 step "release builds"
 target="${CARGO_TARGET_DIR:-$root/target}"
-simd_target="$root/target/bench-simd"
+nosimd_target="$root/target/bench-nosimd"
 # Native core operations: the release profile (fat LTO), like the wasm.
 run cargo build --release -p tfa-bench-core-ops
-# The wasm core with SIMD (its own target dir: other flags than the
-# component's build), and without (the flags the component is built with).
-run env CARGO_TARGET_DIR="$simd_target" RUSTFLAGS="-C target-feature=+simd128" \
+# The wasm core as the component is built (with simd128, from
+# .cargo/config.toml), and without SIMD for reference (its own target dir;
+# RUSTFLAGS replaces the config's flags).
+run env CARGO_TARGET_DIR="$nosimd_target" RUSTFLAGS="-C target-feature=-simd128" \
     cargo build --release --target wasm32-wasip2 -p tfa-bench-core-ops
 run cargo build --release --target wasm32-wasip2 -p tfa-bench-core-ops -p spin-app -p tfa-bench-floor
 run cargo build --release --target wasm32-wasip1 -p edge-filter
@@ -119,8 +120,8 @@ run env RUSTFLAGS="--remap-path-prefix=$cargo_home=/cargo --remap-path-prefix=$r
 run cargo build --profile host -p tfa-host -p tfa-bench
 
 core_native="$target/release/core-ops"
-core_wasm_simd="$simd_target/wasm32-wasip2/release/core-ops.wasm"
-core_wasm_plain="$target/wasm32-wasip2/release/core-ops.wasm"
+core_wasm_simd="$target/wasm32-wasip2/release/core-ops.wasm"
+core_wasm_plain="$nosimd_target/wasm32-wasip2/release/core-ops.wasm"
 component="$target/wasm32-wasip2/release/spin_app.wasm"
 floor="$target/wasm32-wasip2/release/tfa_bench_floor.wasm"
 filter="$target/wasm32-wasip1/release/edge_filter.wasm"
