@@ -320,6 +320,9 @@ fn example_config_validates() {
 
 /// Introspection requests the API host has answered so far (its request log).
 fn introspections(api: &Host) -> usize {
+    // tfa-host writes its request lines every 20 ms
+    // (`tfa_host::accesslog::FLUSH_EVERY`): let the last ones arrive.
+    std::thread::sleep(std::time::Duration::from_millis(100));
     api.output()
         .lines()
         .filter(|l| l.starts_with("POST /api/auth/introspect "))
