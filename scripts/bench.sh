@@ -111,7 +111,7 @@ run cargo build --release -p tfa-bench-core-ops
 run env CARGO_TARGET_DIR="$nosimd_target" RUSTFLAGS="-C target-feature=-simd128" \
     cargo build --release --target wasm32-wasip2 -p tfa-bench-core-ops
 run cargo build --release --target wasm32-wasip2 -p tfa-bench-core-ops -p spin-app -p tfa-bench-floor
-run cargo build --release --target wasm32-wasip1 -p edge-filter
+run cargo build --release --target wasm32-wasip1 -p edge-filter -p tfa-bench-empty-filter
 # The browser module, built exactly as web/webhook-verify/build.sh does.
 cargo_home="${CARGO_HOME:-$HOME/.cargo}"
 run env RUSTFLAGS="--remap-path-prefix=$cargo_home=/cargo --remap-path-prefix=$root=/tfa" \
@@ -125,6 +125,7 @@ core_wasm_plain="$nosimd_target/wasm32-wasip2/release/core-ops.wasm"
 component="$target/wasm32-wasip2/release/spin_app.wasm"
 floor="$target/wasm32-wasip2/release/tfa_bench_floor.wasm"
 filter="$target/wasm32-wasip1/release/edge_filter.wasm"
+empty_filter="$target/wasm32-wasip1/release/tfa_bench_empty_filter.wasm"
 browser="$target/wasm32-unknown-unknown/release/webhook_verify.wasm"
 host_bin="$target/host/tfa-host"
 bench_bin="$target/host/tfa-bench"
@@ -338,6 +339,7 @@ secret="bench-envoy-access-secret-0123456789abcdef"
 token=$("$bench_bin" token --secret "$secret")
 k=$(printf '%s' "$secret" | base64 -w0 | tr '+/' '-_' | tr -d '=')
 p_none=$(free_port); p_filter=$(free_port); p_jwt=$(free_port); p_intro=$(free_port); p_admin=$(free_port)
+p_empty=$(free_port)
 filter_cfg="{\"secrets\":[\"$secret\"],\"default\":\"auth\"}"
 intro_cfg="{\"secrets\":[\"$secret\"],\"default\":\"auth\",\"introspection\":{\"cluster\":\"upstream\",\"api_key\":\"tfa_bench\",\"positive_ttl_secs\":3600}}"
 listener() { # name port filters-yaml
@@ -361,7 +363,7 @@ $3
             typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
 EOF
 }
-wasm_filter() { # vm_id config
+wasm_filter() { # vm_id config [wasm file]
     cat <<EOF
           - name: tfa.edge_filter
             typed_config:
@@ -371,7 +373,7 @@ wasm_filter() { # vm_id config
                 vm_config:
                   vm_id: $1
                   runtime: envoy.wasm.runtime.v8
-                  code: { local: { filename: $filter } }
+                  code: { local: { filename: ${3:-$filter} } }
                 fail_open: false
                 configuration:
                   "@type": type.googleapis.com/google.protobuf.StringValue
@@ -405,6 +407,7 @@ EOF
     listener filter "$p_filter" "$(wasm_filter tfa_edge "$filter_cfg")"
     listener jwt_authn "$p_jwt" "$(jwt_filter)"
     listener filter_introspection "$p_intro" "$(wasm_filter tfa_edge_intro "$intro_cfg")"
+    listener empty_wasm "$p_empty" "$(wasm_filter tfa_empty "{}" "$empty_filter")"
     cat <<EOF
   clusters:
   - name: upstream
@@ -421,11 +424,11 @@ envoy -c "$out/envoy.yaml" --concurrency 1 --disable-hot-restart --log-level war
 pids+=("$!")
 echo "envoy -c target/bench/envoy.yaml --concurrency 1 --disable-hot-restart --log-level warn" >>"$commands"
 wait_http "$p_admin" /ready
-for p in "$p_none" "$p_filter" "$p_jwt" "$p_intro"; do
+for p in "$p_none" "$p_filter" "$p_jwt" "$p_intro" "$p_empty"; do
     code=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $token" "http://127.0.0.1:$p/")
     [ "$code" = 200 ] || { echo "Envoy listener $p answered $code to a valid token" >&2; cat "$out/envoy.log" >&2; exit 1; }
     code=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer x$token" "http://127.0.0.1:$p/")
-    if [ "$p" != "$p_none" ] && [ "$code" != 401 ]; then
+    if [ "$p" != "$p_none" ] && [ "$p" != "$p_empty" ] && [ "$code" != 401 ]; then
         echo "Envoy listener $p answered $code to a bad token" >&2; exit 1
     fi
     # Warm-up (not recorded); fills the introspection cache.
@@ -438,6 +441,7 @@ for run_i in $(seq 1 "$RUNS"); do
         wrk_run "\"target\":\"envoy\",\"endpoint\":\"edge filter\",\"run\":$run_i" "$conc" "http://127.0.0.1:$p_filter/" WRK_TOKEN="$token"
         wrk_run "\"target\":\"envoy\",\"endpoint\":\"jwt_authn\",\"run\":$run_i" "$conc" "http://127.0.0.1:$p_jwt/" WRK_TOKEN="$token"
         wrk_run "\"target\":\"envoy\",\"endpoint\":\"edge filter + introspection (warm)\",\"run\":$run_i" "$conc" "http://127.0.0.1:$p_intro/" WRK_TOKEN="$token"
+        wrk_run "\"target\":\"envoy\",\"endpoint\":\"empty wasm filter\",\"run\":$run_i" "$conc" "http://127.0.0.1:$p_empty/" WRK_TOKEN="$token"
     done
 done
 stats=$(curl -s "http://127.0.0.1:$p_admin/stats?filter=tfa_edge" | tr '\n' ';' | sed 's/"/\\"/g')

@@ -240,10 +240,15 @@ impl HttpContext for Filter {
             return Action::Pause;
         };
         // 1. Client-sent copies of the trusted headers go, on every request.
-        for name in &state.cfg.protected_headers {
-            let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
-        }
+        // One read of all headers, then one removal per protected header
+        // that is actually there (usually none: each host call into Envoy
+        // costs about as much as the rest of a header check).
         let headers = request_headers();
+        for name in &state.cfg.protected_headers {
+            if headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name)) {
+                let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
+            }
+        }
         let method = text(&headers, ":method").unwrap_or_default();
         let path = text(&headers, ":path").unwrap_or_default();
 
