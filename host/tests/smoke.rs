@@ -261,9 +261,16 @@ fn serves_the_component() {
     let big = vec![b'x'; 65537];
     let (status, head, body) = host.request("POST", "/api/auth/login", &big);
     assert_eq!(status, 413, "{head}");
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(
-        String::from_utf8(body).unwrap(),
-        r#"{"success":false,"error":"Request body too large"}"#
+        body,
+        serde_json::json!({ "success": false, "error": "Request body too large" })
+    );
+    // Built by core's envelope builder: the security headers are there.
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("x-content-type-options: nosniff"),
+        "{head}"
     );
 
     // Requests are served concurrently.
