@@ -7,7 +7,7 @@
 3. Every field of the filter's configuration (the Raw* structs of
    edge-filter/src/config.rs) is documented, as `field`, in the README's
    Envoy section or in edge-filter/README.md.
-4. Every setting the service reads (SETTING_NAMES in core/src/config.rs) and
+4. Every setting the service reads (SETTING_NAMES in core/src/contract/config.rs) and
    every setting of the local host (host/src/lib.rs) is documented, as
    `NAME`, in the README's deployer section or in docs/.
 5. Relative links in README.md and docs/*.md point at files that exist.
@@ -90,11 +90,11 @@ for struct, f in fields:
         problems.append(f"filter field `{f}` ({struct}) is documented neither in README.md nor in edge-filter/README.md")
 
 # 4. Settings of the service and of the local host.
-core_cfg = read("core/src/config.rs")
+core_cfg = read("core/src/contract/config.rs")
 m = re.search(r"pub const SETTING_NAMES: &\[&str\] = &\[(.*?)\];", core_cfg, re.S)
 settings = re.findall(r'"([A-Z0-9_]+)"', m.group(1)) if m else []
 if len(settings) < 20:
-    problems.append(f"core/src/config.rs: only {len(settings)} setting names found")
+    problems.append(f"core/src/contract/config.rs: only {len(settings)} setting names found")
 host_settings = sorted(set(re.findall(r'get\("([A-Z0-9_]+)"\)', read("host/src/lib.rs"))))
 if len(host_settings) < 5:
     problems.append(f"host/src/lib.rs: only {len(host_settings)} host settings found")

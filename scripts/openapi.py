@@ -6,7 +6,7 @@
 
 The document is data, but written by hand it would repeat the envelope, the
 error shapes and the security alternatives on every operation; here each is
-written once. Every error message is one of ApiError's (core/src/error.rs);
+written once. Every error message is one of ApiError's (core/src/contract/error.rs);
 core's tests hold the document to the router's table and to those messages.
 Python 3 standard library only.
 """
@@ -70,7 +70,7 @@ BACKUP_CODE = s(maxLength=64,
                 description="10 characters A-Z0-9 as issued; matched case-insensitively, "
                             "spaces and hyphens ignored", examples=["ABCDE12345"])
 
-# --- Error messages: exactly ApiError::status_and_message (core/src/error.rs).
+# --- Error messages: exactly ApiError::status_and_message (core/src/contract/error.rs).
 VALIDATION = "Validation error: "
 M = {
     "InvalidCredentials": "Invalid email or password",

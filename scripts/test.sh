@@ -50,6 +50,9 @@ export "${smtp_env:?}"
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
+step "core's layers: imports run one way (with a self-test that plants violations)"
+python3 scripts/check-layers.py --self-test
+
 step "cargo clippy (native, all targets, warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
 

@@ -14,7 +14,7 @@
 //! # What it does not do
 //! No clock, no randomness source, no network, no files, no threads: time is
 //! the `now_ms` of an [`Env`], random bytes come from its [`Rng`], storage is
-//! its [`Store`] (see [`ports`] for the exact contract, which Spin's
+//! its [`Store`] (see [`contract::ports`] for the exact contract, which Spin's
 //! key-value API plus `wasi:keyvalue` atomics satisfy). Messages that must
 //! leave the machine (SMS through Twilio, e-mail through SMTP) are described
 //! as [`Delivery`] values for the host to send. Logging is returned as lines.
@@ -39,104 +39,74 @@
 //!
 //! | endpoint | module |
 //! |---|---|
-//! | `GET /health`, `/health/live`, `/health/ready` | [`health`] |
-//! | `POST /auth/register`, `POST /auth/login`, `GET /auth/me` | [`users`] |
-//! | `POST /auth/refresh`, `/auth/logout`, `/auth/revoke-sessions`; `GET /auth/sessions`, `DELETE /auth/sessions/{id}` | [`sessions`] |
-//! | `POST /2fa/totp/setup`, `/2fa/totp/verify-setup` (= `/2fa/totp/verify`), `DELETE /2fa/totp` | [`totp`] |
-//! | `POST /2fa/sms/setup`, `/2fa/sms/verify-setup`, `/2fa/email/setup`, `/2fa/email/verify-setup`, `/2fa/send-code`, `/2fa/resend` | [`otp`] |
-//! | `POST /2fa/verify`, `/2fa/verify-backup-code` (= `/2fa/verify-backup`) | [`mfa`] |
-//! | `POST /2fa/backup-codes/generate`, `GET /2fa/backup-codes/count` | [`backup`] |
-//! | `GET /2fa/methods`, `DELETE /2fa/methods/{id}` | [`methods`] |
-//! | `GET /2fa/devices`, `DELETE /2fa/devices`, `DELETE /2fa/devices/{id}` | [`devices`] |
-//! | `POST /auth/introspect` | [`sessions`] |
-//! | `GET`/`POST /api-keys`, `DELETE /api-keys/{id}`, `POST /api-keys/{id}/rotate` | [`apikeys`] |
-//! | `GET /audit-log` | [`audit`] |
-//! | `GET`/`POST /webhooks`, `GET /webhooks/events`, `POST /webhooks/verify-signature`, `GET`/`DELETE /webhooks/{id}`, `POST /webhooks/{id}/test`, `GET /webhooks/{id}/deliveries` | [`webhooks`] |
+//! | `GET /health`, `/health/live`, `/health/ready` | [`api::health`] |
+//! | `POST /auth/register`, `POST /auth/login`, `GET /auth/me` | [`api::users`] |
+//! | `POST /auth/refresh`, `/auth/logout`, `/auth/revoke-sessions`; `GET /auth/sessions`, `DELETE /auth/sessions/{id}` | [`api::sessions`] |
+//! | `POST /2fa/totp/setup`, `/2fa/totp/verify-setup` (= `/2fa/totp/verify`), `DELETE /2fa/totp` | [`api::totp`] |
+//! | `POST /2fa/sms/setup`, `/2fa/sms/verify-setup`, `/2fa/email/setup`, `/2fa/email/verify-setup`, `/2fa/send-code`, `/2fa/resend` | [`api::otp`] |
+//! | `POST /2fa/verify`, `/2fa/verify-backup-code` (= `/2fa/verify-backup`) | [`api::mfa`] |
+//! | `POST /2fa/backup-codes/generate`, `GET /2fa/backup-codes/count` | [`api::backup`] |
+//! | `GET /2fa/methods`, `DELETE /2fa/methods/{id}` | [`api::methods`] |
+//! | `GET /2fa/devices`, `DELETE /2fa/devices`, `DELETE /2fa/devices/{id}` | [`api::devices`] |
+//! | `POST /auth/introspect` | [`api::sessions`] |
+//! | `GET`/`POST /api-keys`, `DELETE /api-keys/{id}`, `POST /api-keys/{id}/rotate` | [`api::apikeys`] |
+//! | `GET /audit-log` | [`api::audit`] |
+//! | `GET`/`POST /webhooks`, `GET /webhooks/events`, `POST /webhooks/verify-signature`, `GET`/`DELETE /webhooks/{id}`, `POST /webhooks/{id}/test`, `GET /webhooks/{id}/deliveries` | [`api::webhooks`] |
 //!
 //! `GET /openapi.json` (the OpenAPI 3.1 document of all of the above) is
-//! [`openapi`].
+//! [`api::openapi`].
 //!
-//! Cross-cutting: [`router`] (the route table, 404/405/preflight), [`web`] (envelope, body
-//! parsing, headers, CORS, CSRF, cookies), [`error`] (the one error enum),
-//! [`ratelimit`], [`housekeeping`], [`audit`], [`secrets`], [`records`]
-//! (key layout).
+//! # Layers (folders)
+//! - [`service`](Service) — the driver above everything: [`Service`] and
+//!   the [`Step`] it returns; it enters the endpoints only through
+//!   [`api`]'s door.
+//! - [`api`] — the endpoints above (one module per resource) and the route
+//!   table ([`api::router`]: 404/405/preflight).
+//! - [`plumbing`] — what every endpoint shares: [`plumbing::context`],
+//!   [`plumbing::web`] (envelope, body parsing, headers, CORS, CSRF,
+//!   cookies), [`plumbing::records`] (key layout), [`plumbing::lock`],
+//!   [`plumbing::ratelimit`], [`plumbing::housekeeping`],
+//!   [`plumbing::secrets`], [`plumbing::util`]. Never imports [`api`].
+//! - [`contract`] — the types hosts exchange with core:
+//!   [`contract::config`], [`contract::http`], [`contract::ports`],
+//!   [`contract::outbox`], [`contract::error`] (the one error enum).
+//!   Imports only [`crypto`].
+//! - [`crypto`] — primitives without a 2FA rule: [`signature`], [`tokens`],
+//!   [`crypto::codes`], [`crypto::totp`], [`crypto::password`],
+//!   [`crypto::qr`].
+//!
+//! `scripts/check-layers.py` (in `scripts/test.sh`) keeps imports running
+//! one way; `docs/architecture.md` has the same table.
 
 #![forbid(unsafe_code)]
 
-pub mod signature;
+pub mod crypto;
 
 #[cfg(feature = "service")]
-pub mod apikeys;
+pub mod api;
 #[cfg(feature = "service")]
-pub mod audit;
+pub mod contract;
 #[cfg(feature = "service")]
-pub mod backup;
-#[cfg(feature = "service")]
-pub mod config;
-#[cfg(feature = "service")]
-pub mod context;
-#[cfg(feature = "service")]
-pub mod crypto;
-#[cfg(feature = "service")]
-pub mod devices;
-#[cfg(feature = "service")]
-pub mod error;
-#[cfg(feature = "service")]
-pub mod health;
-#[cfg(feature = "service")]
-pub mod housekeeping;
-#[cfg(feature = "service")]
-pub mod http;
-#[cfg(feature = "service")]
-mod jwt_hmac;
-#[cfg(feature = "service")]
-pub mod lock;
-#[cfg(feature = "service")]
-pub mod methods;
-#[cfg(feature = "service")]
-pub mod mfa;
-#[cfg(feature = "service")]
-pub mod openapi;
-#[cfg(feature = "service")]
-pub mod otp;
-#[cfg(feature = "service")]
-pub mod outbox;
-#[cfg(feature = "service")]
-pub mod ports;
-#[cfg(feature = "service")]
-pub mod ratelimit;
-#[cfg(feature = "service")]
-pub mod records;
-#[cfg(feature = "service")]
-pub mod router;
-#[cfg(feature = "service")]
-pub mod secrets;
+pub mod plumbing;
 #[cfg(feature = "service")]
 mod service;
-#[cfg(feature = "service")]
-pub mod sessions;
 #[cfg(feature = "testing")]
 pub mod testing;
+
+/// The primitives other front-ends share, at the paths they have always
+/// used: webhook signatures (browser package) and token verification (edge
+/// filter).
+pub use crypto::signature;
 #[cfg(feature = "service")]
-pub mod tokens;
-#[cfg(feature = "service")]
-pub mod totp;
-#[cfg(feature = "service")]
-pub mod users;
-#[cfg(feature = "service")]
-pub mod util;
-#[cfg(feature = "service")]
-pub mod web;
-#[cfg(feature = "service")]
-pub mod webhooks;
+pub use crypto::tokens;
 
 #[cfg(feature = "service")]
-pub use config::{Config, ConfigError};
+pub use contract::config::{Config, ConfigError};
 #[cfg(feature = "service")]
-pub use http::{Request, Response};
+pub use contract::http::{Request, Response};
 #[cfg(feature = "service")]
-pub use outbox::{Completion, Delivery, DeliveryError, Effect, Pending, Reply, Step};
+pub use contract::outbox::{Completion, Delivery, DeliveryError, Effect, Reply};
 #[cfg(feature = "service")]
-pub use ports::{Env, Rng, Store, StoreError};
+pub use contract::ports::{Env, Rng, Store, StoreError};
 #[cfg(feature = "service")]
-pub use service::Service;
+pub use service::{Pending, Service, Step};

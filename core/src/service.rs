@@ -1,14 +1,30 @@
-//! The entry point a host drives.
+//! The driver a host calls: [`Service`] and the [`Step`] it returns. It sits
+//! above the three folders: it builds a [`Ctx`] (plumbing), enters the
+//! endpoints only through the door of [`crate::api`] (`dispatch`,
+//! `after_response`, `webhook_result`), and speaks the contract's types.
 
-use crate::audit;
-use crate::config::Config;
-use crate::context::{Ctx, Outcome};
-use crate::error::ApiError;
-use crate::housekeeping;
-use crate::http::{Request, Response};
-use crate::outbox::{Completion, DeliveryError, Effect, Pending, Reply, Step};
-use crate::ports::Env;
-use crate::{otp, router, web, webhooks};
+use crate::api;
+use crate::contract::config::Config;
+use crate::contract::error::ApiError;
+use crate::contract::http::{Request, Response};
+use crate::contract::outbox::{Completion, Delivery, DeliveryError, Effect, Reply};
+use crate::contract::ports::Env;
+use crate::plumbing::context::{Ctx, Outcome, Suspended};
+use crate::plumbing::web;
+
+/// The outcome of one step of handling a request.
+#[derive(Debug)]
+pub enum Step {
+    /// Write this reply; then pass its effects to [`crate::Service::complete`].
+    Respond(Reply),
+    /// Perform this delivery, then call [`crate::Service::resume`] with the
+    /// pending state and the delivery's result.
+    Deliver(Delivery, Pending),
+}
+
+/// State carried across a [`Delivery`]; opaque to hosts.
+#[derive(Debug)]
+pub struct Pending(pub(crate) Box<Suspended>);
 
 /// The whole API, driven by a host. Holds only settings: every call borrows
 /// its I/O through an [`Env`], so one `Service` may serve concurrent
@@ -33,7 +49,7 @@ impl Service {
     /// becomes 503 `Service unavailable`.
     pub fn handle(&self, env: &mut Env, req: &Request) -> Step {
         let mut ctx = Ctx::new(&self.config, env, req);
-        let result = router::dispatch(&mut ctx);
+        let result = api::dispatch(&mut ctx);
         self.conclude(ctx, result)
     }
 
@@ -46,7 +62,7 @@ impl Service {
     ) -> Step {
         let s = *pending.0;
         let mut ctx = Ctx::resumed(&self.config, env, &s.req, s.headers, s.effects, s.ip, s.ua);
-        let out = otp::finish_send(&mut ctx, s.send, result);
+        let out = s.send.finish(&mut ctx, result);
         self.conclude(ctx, out)
     }
 
@@ -55,50 +71,7 @@ impl Service {
     /// expired records. The host logs the returned lines and attempts the
     /// returned webhook calls.
     pub fn complete(&self, env: &mut Env, effects: Vec<Effect>) -> Completion {
-        let mut out = Completion::default();
-        let mut maintenance = false;
-        for effect in effects {
-            match effect {
-                Effect::Audit(record) => {
-                    if let Some((user_id, event, data)) = webhooks::event_of(&record) {
-                        match webhooks::fan_out(env, &user_id, event, data) {
-                            Ok(calls) => out.webhooks.extend(calls),
-                            Err(_) => out
-                                .log
-                                .push(format!("webhooks: event {event} could not be queued")),
-                        }
-                    }
-                    if audit::persist(env, &record).is_err() {
-                        out.log.push(format!(
-                            "audit record {} ({}) could not be stored",
-                            record.id, record.action
-                        ));
-                    }
-                }
-                Effect::Log(line) => out.log.push(line),
-                Effect::Webhook(call) => out.webhooks.push(call),
-                Effect::Maintenance => maintenance = true,
-            }
-        }
-        // One read (`sched:next`) tells whether either queue has a bucket
-        // due; only then are their pointers read and their buckets done.
-        if maintenance && housekeeping::anything_due(env) {
-            let (retries, result) = webhooks::due(env);
-            out.webhooks.extend(retries);
-            let retried = result.is_ok();
-            if !retried {
-                out.log
-                    .push("webhooks: retry queue unavailable".to_string());
-            }
-            let swept = housekeeping::tick(env).is_ok();
-            if !swept {
-                out.log.push("housekeeping: store unavailable".to_string());
-            }
-            if retried && swept {
-                housekeeping::note_next_due(env, &[&webhooks::RETRY_QUEUE]);
-            }
-        }
-        out
+        api::after_response(env, effects)
     }
 
     /// Records the outcome of a webhook call from [`Service::complete`]:
@@ -110,11 +83,7 @@ impl Service {
         delivery_id: &str,
         result: Result<u16, String>,
     ) -> Vec<String> {
-        webhooks::record_result(env, delivery_id, result).unwrap_or_else(|_| {
-            vec![format!(
-                "webhook delivery {delivery_id}: result not recorded (store unavailable)"
-            )]
-        })
+        api::webhook_result(env, delivery_id, result)
     }
 
     /// The 503 a host answers when it cannot build a service at all (bad
@@ -132,7 +101,7 @@ impl Service {
         let response = match result {
             Ok(Outcome::Done(resp)) => resp,
             Ok(Outcome::Deliver(delivery, send)) => {
-                return Step::Deliver(delivery, Pending(Box::new(ctx.suspend(*send))));
+                return Step::Deliver(delivery, Pending(Box::new(ctx.suspend(send))));
             }
             Err(e) => {
                 if matches!(e, ApiError::Internal | ApiError::Unavailable) {

@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::outbox::{Delivery, DeliveryError, Step};
-use crate::ports::{Env, Rng, Store, StoreError};
+use crate::contract::outbox::{Delivery, DeliveryError};
+use crate::contract::ports::{Env, Rng, Store, StoreError};
+use crate::Step;
 use crate::{Config, Request, Response, Service};
 
 pub mod fuzzing;
@@ -302,7 +303,7 @@ pub struct Harness<S: Store = MemoryStore> {
     /// Lines the service asked to log.
     pub log: Vec<String>,
     /// Every webhook call attempted, in order.
-    pub webhook_calls: Vec<crate::webhooks::WebhookCall>,
+    pub webhook_calls: Vec<crate::api::webhooks::WebhookCall>,
     /// Answers for the next webhook calls (then 200).
     pub webhook_answers: std::collections::VecDeque<Result<u16, String>>,
     rng: SeededRng,

@@ -7,7 +7,7 @@ use std::sync::{Arc, Barrier};
 
 use common::*;
 use serde_json::json;
-use tfa_core::lock::LEASE_MS;
+use tfa_core::plumbing::lock::LEASE_MS;
 use tfa_core::testing::{test_config, Harness, InterleavingStore, MemoryStore, SeededRng, T0_MS};
 use tfa_core::{Env, Request, Response, Service, Step};
 

@@ -1,7 +1,7 @@
 //! Settings: names, defaults, production checks.
 
-use tfa_core::config::{Config, SETTING_NAMES};
-use tfa_core::outbox::SmtpTls;
+use tfa_core::contract::config::{Config, SETTING_NAMES};
+use tfa_core::contract::outbox::SmtpTls;
 
 fn parse(pairs: &[(&str, &str)]) -> Result<Config, String> {
     Config::from_map(&Config::map_of(pairs.iter().copied())).map_err(|e| e.0)

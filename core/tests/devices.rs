@@ -67,7 +67,10 @@ fn trusted_device_skips_2fa_for_thirty_days() {
     assert_eq!(dev["deviceName"], "Alice's laptop");
     assert_eq!(dev["ipAddress"], "192.0.2.1");
     assert_eq!(dev["userAgent"], "Firefox/130");
-    assert_eq!(dev["lastUsedAt"], tfa_core::util::iso8601(h.now_ms));
+    assert_eq!(
+        dev["lastUsedAt"],
+        tfa_core::plumbing::util::iso8601(h.now_ms)
+    );
     // A wrong password with the device token is still refused.
     let resp = h.call(
         post(

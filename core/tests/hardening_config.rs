@@ -2,7 +2,7 @@
 //! refused by `Config::from_map` with a message naming the setting, and a
 //! host that cannot build a service answers 503 without leaking the reason.
 
-use tfa_core::config::{Config, SECRET_NAMES};
+use tfa_core::contract::config::{Config, SECRET_NAMES};
 use tfa_core::Service;
 
 fn good() -> [String; 4] {

@@ -7,13 +7,13 @@
 //! code or TOTP step is either unused or spent together with a session.
 //! A request that met the failure while holding a record's lock could not
 //! release it (the store was down); the lock lapses after two lease
-//! periods ([`tfa_core::lock`]), so the checks run that much later.
+//! periods ([`tfa_core::plumbing::lock`]), so the checks run that much later.
 
 mod common;
 
 use common::*;
 use serde_json::{json, Value};
-use tfa_core::lock::LEASE_MS;
+use tfa_core::plumbing::lock::LEASE_MS;
 use tfa_core::testing::{test_config, FailingStore, Harness, MemoryStore};
 use tfa_core::Response;
 

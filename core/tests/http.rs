@@ -244,7 +244,7 @@ fn store_failure_is_503_never_500_and_loses_nothing() {
     assert_eq!(h.call(bearer(get("/auth/me"), &access)).status, 200);
     // A login that failed while holding the user record's lock could not
     // release it; the lock lapses after two lease periods.
-    h.advance_secs(2 * tfa_core::lock::LEASE_MS / 1000);
+    h.advance_secs(2 * tfa_core::plumbing::lock::LEASE_MS / 1000);
     assert_eq!(login(&mut h, "alice", "192.0.2.200").status, 200);
 }
 

@@ -9,10 +9,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use common::*;
 use serde_json::Value;
-use tfa_core::error::{ApiError, RateInfo};
-use tfa_core::router::{self, ROUTES};
+use tfa_core::api::router::{self, ROUTES};
+use tfa_core::api::{apikeys, audit, openapi, webhooks};
+use tfa_core::contract::error::{ApiError, RateInfo};
 use tfa_core::testing::{test_config, Harness, MemoryStore};
-use tfa_core::{apikeys, audit, openapi, webhooks, Request};
+use tfa_core::Request;
 
 const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
 

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use serde_json::json;
-use tfa_core::outbox::{Delivery, SmtpTls};
+use tfa_core::contract::outbox::{Delivery, SmtpTls};
 use tfa_core::testing::{test_config, DeliveryMode, Harness, MemoryStore};
 
 fn enable_sms(h: &mut Harness, u: &User) {

@@ -5,9 +5,9 @@ mod common;
 
 use common::*;
 use serde_json::{json, Value};
+use tfa_core::api::webhooks::WebhookCall;
 use tfa_core::signature;
 use tfa_core::testing::{test_config, Harness, MemoryStore};
-use tfa_core::webhooks::WebhookCall;
 
 fn create_hook(h: &mut Harness, u: &User, events: Value) -> Value {
     let resp = h.call(bearer(

@@ -65,7 +65,7 @@
 #![cfg_attr(not(target_arch = "wasm32"), forbid(unsafe_code))]
 
 pub mod config;
-#[doc(hidden)]
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod introspect;
 pub mod policy;

@@ -2,9 +2,15 @@
 //! the token is, whether it passes, what is forwarded and what a refused
 //! client is told.
 
+use tfa_core::contract::error::messages;
+use tfa_core::contract::http;
 use tfa_core::tokens::{Claims, TokenError, Verifier};
 
 use crate::config::{Claim, Config, PathMatch, Requirement};
+
+/// The 403 message of an `mfa` rule (the API has no such refusal: it never
+/// issues an access token before the second factor).
+const MFA_REQUIRED: &str = "Two-factor authentication required";
 
 /// Why a request was turned away. Each has its own metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,9 +68,9 @@ impl Denial {
     /// The envelope's `error`.
     pub fn message(self) -> &'static str {
         match self {
-            Denial::MfaRequired => "Two-factor authentication required",
-            Denial::ApiUnavailable | Denial::NotConfigured => "Service temporarily unavailable",
-            _ => "Invalid or expired token",
+            Denial::MfaRequired => MFA_REQUIRED,
+            Denial::ApiUnavailable | Denial::NotConfigured => messages::UNAVAILABLE,
+            _ => messages::INVALID_TOKEN,
         }
     }
 
@@ -123,40 +129,27 @@ pub fn is_preflight(method: &str, origin: Option<&[u8]>, request_method: Option<
         && request_method.is_some_and(|m| !m.is_empty())
 }
 
-/// The token of `Authorization: Bearer <token>` (scheme case-insensitive),
-/// else of cookie `cookie_name` among the `Cookie` headers.
+/// The token of `Authorization: Bearer <token>`, else of cookie
+/// `cookie_name` among the `Cookie` headers: core's own readers
+/// ([`http::bearer_token`], [`http::cookie_value`]), so the filter and the
+/// API agree on what a token is. Values that are not UTF-8 are ignored.
 pub fn extract_token(
     authorization: Option<&[u8]>,
     cookies: &[&[u8]],
     cookie_name: Option<&str>,
 ) -> Option<String> {
-    if let Some(auth) = authorization.and_then(|a| std::str::from_utf8(a).ok()) {
-        let auth = auth.trim();
-        if auth.len() > 7 && auth[..7].eq_ignore_ascii_case("bearer ") {
-            let token = auth[7..].trim();
-            if !token.is_empty() {
-                return Some(token.to_string());
-            }
-        }
+    if let Some(token) = authorization
+        .and_then(|a| std::str::from_utf8(a).ok())
+        .and_then(http::bearer_token)
+    {
+        return Some(token.to_string());
     }
     let name = cookie_name?;
-    for header in cookies {
-        let Ok(header) = std::str::from_utf8(header) else {
-            continue;
-        };
-        for pair in header.split(';') {
-            let Some((k, v)) = pair.split_once('=') else {
-                continue;
-            };
-            if k.trim() == name {
-                let v = v.trim().trim_matches('"');
-                if !v.is_empty() {
-                    return Some(v.to_string());
-                }
-            }
-        }
-    }
-    None
+    cookies
+        .iter()
+        .filter_map(|c| std::str::from_utf8(c).ok())
+        .find_map(|c| http::cookie_value(c, name))
+        .map(str::to_string)
 }
 
 /// Builds the verifier of a configuration (access tokens only).

@@ -44,7 +44,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use tfa_core::config::SETTING_NAMES;
+use tfa_core::contract::config::SETTING_NAMES;
 
 /// The current instant (the host measures durations; core never reads it).
 #[allow(clippy::disallowed_methods)] // the host reads the clock for logs and progress

@@ -82,7 +82,7 @@ struct Host {
 impl Host {
     fn start(wasm: &Path, data_dir: &Path) -> Host {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tfa-host"));
-        for name in tfa_core::config::SETTING_NAMES {
+        for name in tfa_core::contract::config::SETTING_NAMES {
             cmd.env_remove(name);
         }
         let mut child = cmd

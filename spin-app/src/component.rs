@@ -7,9 +7,9 @@ use spin_sdk::http::{Fields, IncomingRequest, OutgoingResponse, ResponseOutparam
 use spin_sdk::http_component;
 use spin_sdk::key_value;
 use spin_sdk::wit::wasi::keyvalue::{atomics, store as wasi_store};
-use tfa_core::error::ApiError;
-use tfa_core::outbox::HttpCall;
-use tfa_core::web;
+use tfa_core::contract::error::ApiError;
+use tfa_core::contract::outbox::HttpCall;
+use tfa_core::plumbing::web;
 use tfa_core::{
     Config, Delivery, DeliveryError, Env, Request, Response, Rng, Service, Step, Store, StoreError,
 };
@@ -23,7 +23,7 @@ const STORE_LABEL: &str = "default";
 async fn handle(req: IncomingRequest, out: ResponseOutparam) {
     // 1–2. Settings.
     let mut settings = util::collect_settings(
-        tfa_core::config::SETTING_NAMES,
+        tfa_core::contract::config::SETTING_NAMES,
         |name| spin_sdk::variables::get(name).ok(),
         |name| std::env::var(name).ok(),
     );
@@ -278,7 +278,7 @@ impl Rng for WasiRng {
 /// [`Store`] over Spin's key-value store `default` (get/set/delete) and
 /// `wasi:keyvalue/atomics` `increment` opened on the same label: the
 /// operations every Spin backend implements correctly (no compare-and-swap,
-/// no batch; see `tfa_core::ports`). Both handles
+/// no batch; see `tfa_core::contract::ports`). Both handles
 /// are opened on first use; an open failure is a [`StoreError`] on every call.
 #[derive(Default)]
 struct SpinStore {

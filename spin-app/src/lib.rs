@@ -3,7 +3,7 @@
 //! All the rules live in `tfa_core`; this crate is only the host driver that
 //! lends core its I/O through Spin's APIs. For each request it does, in order:
 //!
-//! 1. **Read settings.** For every name in [`tfa_core::config::SETTING_NAMES`]
+//! 1. **Read settings.** For every name in [`tfa_core::contract::config::SETTING_NAMES`]
 //!    it takes the Spin variable of the lower-cased name
 //!    (`spin_sdk::variables::get`), falling back to the upper-case process
 //!    environment variable (what `spin up -e NAME=…` sets). Empty values

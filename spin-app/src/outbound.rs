@@ -18,7 +18,7 @@
 //! The wait is a blocking `wasi:io/poll` on the response: the component
 //! serves one request and has nothing else to do meanwhile.
 
-use tfa_core::outbox::HttpCall;
+use tfa_core::contract::outbox::HttpCall;
 use wasi::http::outgoing_handler;
 use wasi::http::types::{
     ErrorCode, Fields, IncomingResponse, Method, OutgoingBody, OutgoingRequest, RequestOptions,

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
-use tfa_core::outbox::{EmailMessage, SmtpTls};
+use tfa_core::contract::outbox::{EmailMessage, SmtpTls};
 use tfa_core::DeliveryError;
 use tfa_smtp::{ClientOptions, SmtpClient, Stamp, Status};
 use wasi::clocks::monotonic_clock;

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tfa_core::config::SETTING_NAMES;
+use tfa_core::contract::config::SETTING_NAMES;
 
 use crate::client::Client;
 

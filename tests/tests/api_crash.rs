@@ -2,7 +2,7 @@
 //! after a restart every registration that was answered 201 is there and
 //! logs in, and the SQLite file passes its integrity check. A request killed
 //! while it held a user record's lock leaves the lock behind; it lapses
-//! after two lease periods (`tfa_core::lock`, 20 s), during which that
+//! after two lease periods (`tfa_core::plumbing::lock`, 20 s), during which that
 //! user's login answers 503 `Service unavailable`, never anything else.
 
 #![allow(clippy::disallowed_methods)] // the test bounds its wait with wall time
@@ -90,7 +90,7 @@ fn acknowledged_registrations_survive_sigkill() {
         env: vec![("RATE_LIMIT_ENABLED".into(), "false".into())],
         ..restart
     });
-    let lapse = Duration::from_millis(2 * tfa_core::lock::LEASE_MS + 5_000);
+    let lapse = Duration::from_millis(2 * tfa_core::plumbing::lock::LEASE_MS + 5_000);
     let restarted = std::time::Instant::now();
     for name in &names {
         let body = json!({ "emailOrUsername": name, "password": PASSWORD });

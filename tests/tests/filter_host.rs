@@ -146,7 +146,7 @@ fn assert_403(o: &Outcome) {
 }
 
 fn assert_503(o: &Outcome) {
-    assert_envelope(o, 503, "Service temporarily unavailable");
+    assert_envelope(o, 503, "Service unavailable");
 }
 
 fn metric(p: &Plugin, name: &str) -> i64 {

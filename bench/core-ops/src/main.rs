@@ -158,7 +158,7 @@ fn main() {
 
     // Backup codes: the stored set is ten keyed hashes; a check normalises
     // the input, hashes it and compares it with every slot (what
-    // `tfa_core::backup::check` does, without the store).
+    // `tfa_core::api::backup::check` does, without the store).
     let backup_key = codes::derive_key(b"bench-server-secret-bench-server-secret", "backup");
     let user_id = "u_0123456789abcdef0123456789abcdef";
     let plain: Vec<String> = (0..10).map(|i| format!("ABCDE{:05}", i * 7919)).collect();

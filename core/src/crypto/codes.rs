@@ -13,8 +13,8 @@
 //! leaked store alone does not let one test guesses offline; compare stored
 //! hashes with [`ct_eq`].
 
-use crate::ports::Rng;
-use crate::signature::{hmac_sha256, to_hex};
+use crate::contract::ports::Rng;
+use crate::crypto::signature::{hmac_sha256, to_hex};
 
 /// The 36 characters of a backup code, in index order.
 const BACKUP_ALPHABET: &[u8; 36] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
@@ -163,7 +163,7 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ports::Rng;
+    use crate::contract::ports::Rng;
     use proptest::prelude::*;
     use std::collections::VecDeque;
 

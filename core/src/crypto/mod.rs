@@ -1,6 +1,26 @@
-//! Primitives, each pinned by standard vectors or known answers.
+//! Primitives with no 2FA rule in them, each pinned by standard vectors or
+//! known answers: webhook signatures ([`signature`], the only module built
+//! without the `service` feature, for the browser package), JWTs
+//! ([`tokens`], on the HMAC-only provider of `jwt_hmac`), one-time codes and
+//! key derivation ([`codes`], [`totp`]), passwords ([`password`]) and QR
+//! codes ([`qr`]).
+//!
+//! # What this folder may import
+//! Itself and [`crate::contract::ports`] (the `Rng` that code generation
+//! takes); nothing of [`crate::plumbing`] or [`crate::api`].
+//! `scripts/check-layers.py` checks it.
 
+pub mod signature;
+
+#[cfg(feature = "service")]
 pub mod codes;
+#[cfg(feature = "service")]
+mod jwt_hmac;
+#[cfg(feature = "service")]
 pub mod password;
+#[cfg(feature = "service")]
 pub mod qr;
+#[cfg(feature = "service")]
+pub mod tokens;
+#[cfg(feature = "service")]
 pub mod totp;

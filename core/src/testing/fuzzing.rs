@@ -16,11 +16,11 @@ use std::sync::OnceLock;
 use serde_json::{json, Value};
 
 use super::{test_config, Harness, MemoryStore, T0_MS};
+use crate::contract::http::{Request, Response};
+use crate::crypto::signature::{hmac_sha256, sign_payload, to_hex, verify_signature};
+use crate::crypto::tokens::{Extra, TokenKeys, TokenKind, Verifier};
 use crate::crypto::{codes, totp};
-use crate::http::{Request, Response};
-use crate::records::{self, UserRecord};
-use crate::signature::{hmac_sha256, sign_payload, to_hex, verify_signature};
-use crate::tokens::{Extra, TokenKeys, TokenKind, Verifier};
+use crate::plumbing::records::{self, UserRecord};
 
 /// A fuzz target: panics when an invariant breaks.
 pub type Target = fn(&[u8]);
@@ -542,7 +542,7 @@ fn generic(b: &mut Bytes, m: &Model, h: &Harness) -> Request {
         Err(_) => raw.to_vec(),
     };
     if b.byte() == 0xff {
-        req.body = vec![b'{'; crate::web::MAX_BODY_BYTES + 1];
+        req.body = vec![b'{'; crate::plumbing::web::MAX_BODY_BYTES + 1];
     }
     req
 }
@@ -936,7 +936,7 @@ pub fn normalise(data: &[u8]) {
         assert_eq!(codes::normalize_otp_code(&c).as_deref(), Some(c.as_str()));
     }
 
-    if let Ok(p) = crate::otp::normalize_phone(s) {
+    if let Ok(p) = crate::api::otp::normalize_phone(s) {
         let digits = p.strip_prefix('+').unwrap_or("");
         assert!(
             (8..=15).contains(&digits.len())
@@ -944,10 +944,10 @@ pub fn normalise(data: &[u8]) {
                 && !digits.starts_with('0'),
             "phone {p:?} from {s:?}"
         );
-        assert_eq!(crate::otp::normalize_phone(&p), Ok(p.clone()));
+        assert_eq!(crate::api::otp::normalize_phone(&p), Ok(p.clone()));
     }
 
-    match crate::users::normalize_email(s, "email") {
+    match crate::api::users::normalize_email(s, "email") {
         Ok(e) => {
             assert!(
                 e.len() <= 254
@@ -957,11 +957,14 @@ pub fn normalise(data: &[u8]) {
                     && e.matches('@').count() == 1,
                 "e-mail {e:?} from {s:?}"
             );
-            assert_eq!(crate::users::normalize_email(&e, "email"), Ok(e.clone()));
+            assert_eq!(
+                crate::api::users::normalize_email(&e, "email"),
+                Ok(e.clone())
+            );
         }
         Err(err) => assert_eq!(
             err,
-            crate::error::ApiError::validation("email must be a valid e-mail address")
+            crate::contract::error::ApiError::validation("email must be a valid e-mail address")
         ),
     }
 }

@@ -1,0 +1,317 @@
+//! The second step of a login: temp tokens, `POST /2fa/verify`,
+//! `POST /2fa/verify-backup-code`, and the per-account lock.
+//!
+//! A temp token (5 minutes) names its `jti`. Two counters hang off it:
+//! `tt:{jti}` counts attempts (each verification reserves one before checking;
+//! the token is dead once more than 5 have been made, so 5 wrong codes kill
+//! it) and `ttu:{jti}` is claimed once when the token is exchanged for a
+//! session. Both are scheduled for removal when the token expires.
+//!
+//! Independently of IP rate limits, an account gets at most 20 consecutive
+//! failed second-factor attempts (`mfafail:{uid}`); the 20th locks second-factor
+//! verification for it for 15 minutes (`mfalock:{uid}`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::api::backup;
+use crate::api::devices;
+use crate::api::otp;
+use crate::api::sessions;
+use crate::api::totp;
+use crate::api::users::user_json;
+use crate::contract::error::{ApiError, RateInfo};
+use crate::crypto::codes;
+use crate::crypto::tokens::{Claims, Extra, TokenKind};
+use crate::plumbing::context::{Ctx, Outcome};
+use crate::plumbing::housekeeping;
+use crate::plumbing::ratelimit;
+use crate::plumbing::records::{self, UserRecord};
+use crate::plumbing::util;
+use crate::plumbing::web;
+
+/// Attempts a temp token allows.
+pub const TEMP_ATTEMPTS: i64 = 5;
+/// Consecutive failures that lock an account's second factor.
+pub const LOCK_AFTER: i64 = 20;
+/// How long the lock lasts.
+pub const LOCK_MS: u64 = 15 * 60 * 1000;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Lock {
+    exp_ms: u64,
+}
+
+/// Issues a temp token for `user_id` and schedules its counters' removal.
+pub fn issue_temp(ctx: &mut Ctx, user_id: &str) -> Result<String, ApiError> {
+    let keys = ctx.keys()?;
+    let jti = util::random_hex(ctx.env, 16);
+    let now = ctx.now_secs();
+    let exp_ms = now
+        .saturating_add(TokenKind::Temp.lifetime_secs())
+        .saturating_mul(1000);
+    housekeeping::schedule_counter(ctx.env, &format!("tt:{jti}"), exp_ms)?;
+    housekeeping::schedule_counter(ctx.env, &format!("ttu:{jti}"), exp_ms)?;
+    Ok(keys.tokens.issue(
+        TokenKind::Temp,
+        user_id,
+        Extra {
+            jti: Some(jti),
+            ..Extra::default()
+        },
+        now,
+    ))
+}
+
+/// A temp token that verifies, has attempts left and has not been
+/// exchanged; else `InvalidTempToken`.
+pub fn temp_claims(ctx: &mut Ctx, token: &str) -> Result<Claims, ApiError> {
+    let keys = ctx.keys()?;
+    let claims = keys
+        .tokens
+        .verify(TokenKind::Temp, token, ctx.now_secs())
+        .map_err(|_| ApiError::InvalidTempToken)?;
+    let jti = claims.jti.clone().ok_or(ApiError::InvalidTempToken)?;
+    if ctx.env.store.increment(&format!("ttu:{jti}"), 0)? > 0
+        || ctx.env.store.increment(&format!("tt:{jti}"), 0)? >= TEMP_ATTEMPTS
+    {
+        return Err(ApiError::InvalidTempToken);
+    }
+    Ok(claims)
+}
+
+fn check_lock(ctx: &mut Ctx, user_id: &str) -> Result<(), ApiError> {
+    let lock: Option<Lock> = records::load(ctx.env.store, &format!("mfalock:{user_id}"))?;
+    match lock {
+        Some(l) if l.exp_ms > ctx.env.now_ms => {
+            let reset = l.exp_ms.div_ceil(1000);
+            Err(ApiError::RateLimited(RateInfo {
+                limit: LOCK_AFTER as u32,
+                remaining: 0,
+                reset_secs: reset,
+                retry_after_secs: reset.saturating_sub(ctx.now_secs()),
+            }))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn record_failure(ctx: &mut Ctx, user_id: &str, method: &str) -> Result<(), ApiError> {
+    ctx.audit(
+        Some(user_id),
+        "2fa_failed",
+        false,
+        json!({ "method": method }),
+    );
+    let key = format!("mfafail:{user_id}");
+    if ctx.env.store.increment(&key, 1)? >= LOCK_AFTER {
+        let exp_ms = ctx.now_ms().saturating_add(LOCK_MS);
+        let lock_key = format!("mfalock:{user_id}");
+        records::save(ctx.env.store, &lock_key, &Lock { exp_ms })?;
+        housekeeping::schedule_record(ctx.env, &lock_key, exp_ms)?;
+        ctx.env.store.delete(&key)?;
+        ctx.log(format!(
+            "second factor locked for user {user_id} after {LOCK_AFTER} failures"
+        ));
+    }
+    Ok(())
+}
+
+/// Everything both verification endpoints do before checking a code:
+/// token, lock, one reserved attempt, the user.
+fn begin(ctx: &mut Ctx, token: &str) -> Result<(Claims, UserRecord), ApiError> {
+    let claims = temp_claims(ctx, token)?;
+    check_lock(ctx, &claims.sub)?;
+    let jti = claims.jti.clone().unwrap_or_default();
+    if ctx.env.store.increment(&format!("tt:{jti}"), 1)? > TEMP_ATTEMPTS {
+        return Err(ApiError::InvalidTempToken);
+    }
+    let user: UserRecord = records::load(ctx.env.store, &format!("user:{}", claims.sub))?
+        .ok_or(ApiError::InvalidTempToken)?;
+    Ok((claims, user))
+}
+
+/// What a successful verification spends.
+enum Spend {
+    /// The backup code with this stored hash.
+    Backup(String),
+    /// This TOTP time step.
+    TotpStep(u64),
+    /// This SMS / e-mail login code.
+    Code(crate::plumbing::records::OtpCode),
+}
+
+/// Exchanges the temp token (once) for a session with `mfa` set, spending
+/// `spend` in the same locked update of the user record that links the
+/// session: either both happen or neither does, so a store that fails at any
+/// point never leaves a backup code, TOTP step or SMS / e-mail code spent
+/// without a session.
+/// Returns the tokens and the number of backup codes left.
+///
+/// Order: claim the temp token (`ttu:{jti}`), store the new session record
+/// (unreachable until linked: no token names it), then the locked update.
+/// When the store fails before the locked update, the code is unspent and
+/// the temp token is used up (the user logs in again). When another request
+/// spent the code first, the temp token is given back and the attempt counts
+/// as a failure.
+fn exchange(
+    ctx: &mut Ctx,
+    claims: &Claims,
+    spend: Spend,
+) -> Result<(sessions::Tokens, usize), ApiError> {
+    let keys = ctx.keys()?;
+    let jti = claims.jti.clone().unwrap_or_default();
+    let used_key = format!("ttu:{jti}");
+    if ctx.env.store.increment(&used_key, 1)? != 1 {
+        return Err(ApiError::InvalidTempToken);
+    }
+    let session = sessions::prepare(ctx, &claims.sub, true)?;
+    let now = ctx.now_ms();
+    let linked = records::update(
+        ctx.env,
+        &format!("user:{}", claims.sub),
+        |u: &mut UserRecord| {
+            let left = match &spend {
+                Spend::Backup(hash) => backup::mark_used(u, hash)?,
+                Spend::TotpStep(step) => {
+                    if u.totp_last_step.is_some_and(|last| *step <= last) {
+                        return Err(ApiError::InvalidCode);
+                    }
+                    u.totp_last_step = Some(*step);
+                    0
+                }
+                Spend::Code(code) => {
+                    otp::spend_login_code(u, code, now)?;
+                    0
+                }
+            };
+            sessions::link(u, &session, now);
+            Ok(left)
+        },
+    );
+    let left = match linked {
+        Ok(Some(left)) => left,
+        Ok(None) => {
+            sessions::discard(ctx, &session);
+            return Err(ApiError::InvalidTempToken);
+        }
+        Err(e) => {
+            sessions::discard(ctx, &session);
+            if matches!(e, ApiError::InvalidCode | ApiError::BackupCodeUsed) {
+                // Lost a race for the code: this token may try again.
+                ctx.env.store.increment(&used_key, -1)?;
+                let method = match &spend {
+                    Spend::Backup(_) => "backup",
+                    Spend::TotpStep(_) => "totp",
+                    Spend::Code(c) => c.method.as_str(),
+                };
+                record_failure(ctx, &claims.sub, method)?;
+            }
+            return Err(e);
+        }
+    };
+    // The session is issued: from here on nothing may turn this into an
+    // error, or the client would lose a session its code has paid for.
+    if ctx
+        .env
+        .store
+        .delete(&format!("mfafail:{}", claims.sub))
+        .is_err()
+    {
+        ctx.log(format!(
+            "failure counter of user {} not reset (store unavailable)",
+            claims.sub
+        ));
+    }
+    Ok((sessions::issue(ctx, &keys, &session), left))
+}
+
+/// `POST /2fa/verify`.
+pub fn verify(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
+    ctx.limit(ratelimit::VERIFY, &ctx.ip.clone())?;
+    let body = web::parse_body(ctx.req)?;
+    let token = web::req_str(&body, "tempToken")?;
+    let code = codes::normalize_otp_code(&web::req_str(&body, "code")?)
+        .ok_or_else(|| ApiError::validation("code must be 6 digits"))?;
+    let trust = web::opt_bool(&body, "trustDevice")?;
+    let name = devices::clean_name(web::opt_str(&body, "deviceName")?)?;
+    let only = otp::parse_method(web::opt_str(&body, "method")?)?;
+    let (claims, user) = begin(ctx, &token)?;
+    if !user.two_factor_enabled {
+        return Err(ApiError::NoMethod);
+    }
+    let mut spend = None;
+    if only.is_none_or(|m| m == "totp") {
+        spend = totp::matching_step(ctx, &user, &code)?.map(Spend::TotpStep);
+    }
+    if spend.is_none() && only != Some("totp") {
+        spend = otp::login_match(ctx, &user.id, only.and_then(otp::channel_of), &code)?
+            .map(Spend::Code);
+    }
+    let Some(spend) = spend else {
+        record_failure(ctx, &user.id, only.unwrap_or("any"))?;
+        return Err(ApiError::InvalidCode);
+    };
+    let (tokens, _) = exchange(ctx, &claims, spend)?;
+    let mut data = json!({
+        "accessToken": tokens.access,
+        "refreshToken": tokens.refresh,
+        "user": user_json(&user),
+    });
+    if trust {
+        // The session is issued already: a device that cannot be stored is
+        // left out of the answer rather than failing it.
+        match devices::trust(ctx, &user.id, name) {
+            Ok(t) => data["deviceToken"] = json!(t),
+            Err(e) => ctx.log(format!(
+                "trusted device for user {} not stored: {e:?}",
+                user.id
+            )),
+        }
+    }
+    ctx.audit(
+        Some(&user.id),
+        "2fa_verified",
+        true,
+        json!({ "method": only.unwrap_or("code"), "trustDevice": trust }),
+    );
+    Ok(Outcome::Done(web::ok(200, data)))
+}
+
+/// `POST /2fa/verify-backup-code` (also `/2fa/verify-backup`); the code may
+/// be sent as `backupCode` or `code`.
+pub fn verify_backup(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
+    ctx.limit(ratelimit::VERIFY_BACKUP, &ctx.ip.clone())?;
+    let body = web::parse_body(ctx.req)?;
+    let token = web::req_str(&body, "tempToken")?;
+    let code = web::req_str_any(&body, &["backupCode", "code"])?;
+    if code.chars().count() > 64 {
+        return Err(ApiError::validation("backupCode is too long"));
+    }
+    let (claims, user) = begin(ctx, &token)?;
+    let hash = match backup::check(ctx, &user, &code) {
+        Ok(hash) => hash,
+        Err(e @ (ApiError::InvalidCode | ApiError::BackupCodeUsed)) => {
+            record_failure(ctx, &user.id, "backup")?;
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    let (tokens, remaining) = exchange(ctx, &claims, Spend::Backup(hash))?;
+    ctx.audit(
+        Some(&user.id),
+        "backup_code_used",
+        true,
+        json!({ "remainingCodes": remaining }),
+    );
+    Ok(Outcome::Done(web::ok(
+        200,
+        json!({
+            "accessToken": tokens.access,
+            "refreshToken": tokens.refresh,
+            "remainingCodes": remaining,
+            "user": user_json(&user),
+        }),
+    )))
+}

@@ -1,0 +1,473 @@
+//! Sessions: creation at login, the check behind every authenticated request,
+//! refresh with rotation and reuse detection, logout, revocation, listing.
+//!
+//! A session is the record `sess:{sid}`; an access token names it in `sid`
+//! and is accepted only while the record exists, so logout and revocation take
+//! effect at once. The refresh token carries the session's current `jti`;
+//! refresh swaps in a new one with a locked update ([`records::update`]). Presenting a rotated-out
+//! refresh token deletes the session (reuse detection).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::contract::error::ApiError;
+use crate::crypto::tokens::{Extra, TokenKind};
+use crate::plumbing::context::{Ctx, Outcome};
+use crate::plumbing::housekeeping;
+use crate::plumbing::ratelimit;
+use crate::plumbing::records::{self, Ref, UserRecord};
+use crate::plumbing::util::{self, iso8601};
+use crate::plumbing::web;
+
+/// A session as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRecord {
+    pub id: String,
+    pub user_id: String,
+    /// The `jti` of the only refresh token currently valid.
+    pub jti: String,
+    /// A second factor was passed (or a trusted device used).
+    pub mfa: bool,
+    pub ip_address: String,
+    pub user_agent: String,
+    pub created_ms: u64,
+    pub last_used_ms: u64,
+    pub exp_ms: u64,
+}
+
+/// An authenticated caller: a user, through a session (bearer token) or an
+/// API key.
+pub struct Auth {
+    /// The user (the key's owner for an API key).
+    pub user: UserRecord,
+    /// The session, when authenticated by an access token.
+    pub session: Option<SessionRecord>,
+    /// The key's id, when authenticated by an API key.
+    pub key_id: Option<String>,
+}
+
+/// What an endpoint accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Only a session (bearer access token); an API key is refused.
+    Session,
+    /// A session, or an API key holding this scope (or `*`).
+    Scope(&'static str),
+}
+
+/// Tokens of a new or refreshed session.
+pub struct Tokens {
+    /// Access token.
+    pub access: String,
+    /// Refresh token.
+    pub refresh: String,
+}
+
+fn key(sid: &str) -> String {
+    format!("sess:{sid}")
+}
+
+const REFRESH_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// Creates a session for `user` and issues its tokens; sets the refresh
+/// cookie.
+pub fn create(ctx: &mut Ctx, user_id: &str, mfa: bool) -> Result<Tokens, ApiError> {
+    let keys = ctx.keys()?;
+    let record = prepare(ctx, user_id, mfa)?;
+    let now = ctx.now_ms();
+    let linked = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
+        link(u, &record, now);
+        Ok(())
+    })?;
+    if linked.is_none() {
+        ctx.env.store.delete(&key(&record.id))?;
+        return Err(ApiError::InvalidToken);
+    }
+    Ok(issue(ctx, &keys, &record))
+}
+
+/// The first half of [`create`]: stores the record of a new session (and
+/// schedules its removal) without linking it to the user or issuing
+/// tokens. Until a caller [`link`]s it in the user record and issues its
+/// tokens, nobody can use it: its id is random and no token names it. Lets a
+/// caller link the session in the same locked update that consumes a
+/// second factor, so that a code is never spent without a session.
+pub fn prepare(ctx: &mut Ctx, user_id: &str, mfa: bool) -> Result<SessionRecord, ApiError> {
+    let now = ctx.now_ms();
+    let sid = ctx.uuid();
+    let jti = util::random_hex(ctx.env, 16);
+    let exp_ms = now.checked_add(REFRESH_MS).ok_or(ApiError::Internal)?;
+    let record = SessionRecord {
+        id: sid.clone(),
+        user_id: user_id.to_string(),
+        jti,
+        mfa,
+        ip_address: ctx.ip.clone(),
+        user_agent: ctx.ua.clone(),
+        created_ms: now,
+        last_used_ms: now,
+        exp_ms,
+    };
+    records::save(ctx.env.store, &key(&sid), &record)?;
+    housekeeping::schedule_record(ctx.env, &key(&sid), exp_ms)?;
+    Ok(record)
+}
+
+/// Links a [`prepare`]d session to its user (inside a locked update).
+pub fn link(u: &mut UserRecord, record: &SessionRecord, now_ms: u64) {
+    u.prune(now_ms);
+    u.sessions.push(Ref {
+        id: record.id.clone(),
+        exp_ms: record.exp_ms,
+    });
+}
+
+/// Removes a [`prepare`]d session that was never linked, as far as the store
+/// allows (otherwise housekeeping removes it when it expires).
+pub fn discard(ctx: &mut Ctx, record: &SessionRecord) {
+    if ctx.env.store.delete(&key(&record.id)).is_err() {
+        ctx.log(format!(
+            "session {} was prepared but not linked; housekeeping removes it",
+            record.id
+        ));
+    }
+}
+
+/// The access and refresh tokens of session `s`; sets the refresh cookie.
+pub fn issue(ctx: &mut Ctx, keys: &crate::plumbing::secrets::Keys, s: &SessionRecord) -> Tokens {
+    let now = ctx.now_secs();
+    let access = keys.tokens.issue(
+        TokenKind::Access,
+        &s.user_id,
+        Extra {
+            sid: Some(s.id.clone()),
+            mfa: Some(s.mfa),
+            ..Extra::default()
+        },
+        now,
+    );
+    let refresh = keys.tokens.issue(
+        TokenKind::Refresh,
+        &s.user_id,
+        Extra {
+            sid: Some(s.id.clone()),
+            jti: Some(s.jti.clone()),
+            ..Extra::default()
+        },
+        now,
+    );
+    ctx.header("Set-Cookie", web::refresh_cookie(ctx.config, &refresh));
+    Tokens { access, refresh }
+}
+
+/// Loads a live session.
+pub fn load(ctx: &mut Ctx, sid: &str) -> Result<Option<SessionRecord>, ApiError> {
+    if !util::is_uuid(sid) {
+        return Ok(None);
+    }
+    let s: Option<SessionRecord> = records::load(ctx.env.store, &key(sid))?;
+    Ok(s.filter(|s| s.exp_ms > ctx.env.now_ms))
+}
+
+/// The check behind every authenticated endpoint: a valid access token
+/// whose session and user still exist, or (where `access` allows it) an
+/// API key with the scope.
+pub fn authenticate(ctx: &mut Ctx, access: Access) -> Result<Auth, ApiError> {
+    if let Some(key) = crate::api::apikeys::presented(ctx.req) {
+        let Access::Scope(scope) = access else {
+            return Err(ApiError::InvalidToken);
+        };
+        let key = key.to_string();
+        return crate::api::apikeys::authenticate(ctx, &key, scope);
+    }
+    let token = web::bearer(ctx.req)
+        .ok_or(ApiError::InvalidToken)?
+        .to_string();
+    let keys = ctx.keys()?;
+    let claims = keys
+        .tokens
+        .verify(TokenKind::Access, &token, ctx.now_secs())
+        .map_err(|_| ApiError::InvalidToken)?;
+    let sid = claims.sid.unwrap_or_default();
+    let session = load(ctx, &sid)?
+        .filter(|s| s.user_id == claims.sub)
+        .ok_or(ApiError::InvalidToken)?;
+    let user: UserRecord = records::load(ctx.env.store, &format!("user:{}", claims.sub))?
+        .ok_or(ApiError::InvalidToken)?;
+    let now = ctx.now_ms();
+    let session = if now.saturating_sub(session.last_used_ms) >= 60_000 {
+        records::update(ctx.env, &key(&sid), |s: &mut SessionRecord| {
+            s.last_used_ms = now;
+            Ok(s.clone())
+        })?
+        .ok_or(ApiError::InvalidToken)?
+    } else {
+        session
+    };
+    Ok(Auth {
+        user,
+        session: Some(session),
+        key_id: None,
+    })
+}
+
+/// [`authenticate`] for endpoints that need a session; returns it.
+pub fn authenticate_session(ctx: &mut Ctx) -> Result<(UserRecord, SessionRecord), ApiError> {
+    let auth = authenticate(ctx, Access::Session)?;
+    let session = auth.session.ok_or(ApiError::InvalidToken)?;
+    Ok((auth.user, session))
+}
+
+/// Deletes session `sid` of `user_id` (record and the user's reference).
+pub fn end(ctx: &mut Ctx, user_id: &str, sid: &str) -> Result<(), ApiError> {
+    records::remove(ctx.env, &key(sid))?;
+    let now = ctx.now_ms();
+    records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
+        u.prune(now);
+        u.sessions.retain(|r| r.id != sid);
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// `POST /auth/refresh`.
+pub fn refresh(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
+    let body = web::parse_body(ctx.req)?;
+    let (token, from_cookie) = match web::cookie(ctx.req, web::REFRESH_COOKIE) {
+        Some(t) => (t, true),
+        None => (
+            web::opt_str(&body, "refreshToken")?.unwrap_or_default(),
+            false,
+        ),
+    };
+    if from_cookie {
+        web::check_csrf(ctx.req, ctx.config)?;
+    }
+    let keys = ctx.keys()?;
+    let claims = keys
+        .tokens
+        .verify(TokenKind::Refresh, &token, ctx.now_secs())
+        .ok();
+    let subject = claims
+        .as_ref()
+        .map(|c| c.sub.clone())
+        .unwrap_or_else(|| ctx.ip.clone());
+    ctx.limit(ratelimit::REFRESH, &subject)?;
+    let claims = claims.ok_or(ApiError::InvalidRefreshToken)?;
+    let sid = claims.sid.clone().unwrap_or_default();
+    let presented = claims.jti.clone().unwrap_or_default();
+    let Some(current) = load(ctx, &sid)? else {
+        return Err(ApiError::InvalidRefreshToken);
+    };
+    if current.user_id != claims.sub {
+        return Err(ApiError::InvalidRefreshToken);
+    }
+    let new_jti = util::random_hex(ctx.env, 16);
+    let now = ctx.now_ms();
+    let exp_ms = now.checked_add(REFRESH_MS).ok_or(ApiError::Internal)?;
+    // Everything that can fail comes before the rotation: once the new jti
+    // is stored, only its tokens remain to be issued (no store access), so
+    // a failing store can never leave a rotated session whose new refresh
+    // token the client did not get (its old one would then count as reuse
+    // and end the session). Extending the schedule and the user's reference
+    // first is harmless if the rotation then does not happen.
+    housekeeping::schedule_record(ctx.env, &key(&sid), exp_ms)?;
+    records::update(
+        ctx.env,
+        &format!("user:{}", claims.sub),
+        |u: &mut UserRecord| {
+            for r in u.sessions.iter_mut().filter(|r| r.id == sid) {
+                r.exp_ms = r.exp_ms.max(exp_ms);
+            }
+            Ok(())
+        },
+    )?;
+    let rotated = records::update(ctx.env, &key(&sid), |s: &mut SessionRecord| {
+        if !crate::crypto::codes::ct_eq(s.jti.as_bytes(), presented.as_bytes()) {
+            return Ok(None);
+        }
+        s.jti = new_jti.clone();
+        s.last_used_ms = now;
+        s.exp_ms = exp_ms;
+        Ok(Some(s.clone()))
+    })?
+    .flatten();
+    let Some(session) = rotated else {
+        // An old refresh token: someone replayed it. End the whole session.
+        end(ctx, &claims.sub, &sid)?;
+        ctx.audit(
+            Some(&claims.sub),
+            "sessions_revoked",
+            true,
+            json!({ "reason": "refresh_token_reuse", "sessionId": sid }),
+        );
+        return Err(ApiError::InvalidRefreshToken);
+    };
+    let tokens = issue(ctx, &keys, &session);
+    ctx.audit(
+        Some(&claims.sub),
+        "token_refreshed",
+        true,
+        json!({ "sessionId": sid }),
+    );
+    Ok(Outcome::Done(web::ok(
+        200,
+        json!({ "accessToken": tokens.access, "refreshToken": tokens.refresh }),
+    )))
+}
+
+/// `POST /auth/logout`: by bearer token, or by the refresh cookie (CSRF
+/// checked) when no bearer token is sent.
+pub fn logout(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
+    ctx.limit(ratelimit::DEFAULT, &ctx.ip.clone())?;
+    let (user_id, sid) =
+        if web::bearer(ctx.req).is_some() || crate::api::apikeys::presented(ctx.req).is_some() {
+            let (user, session) = authenticate_session(ctx)?;
+            (user.id, session.id)
+        } else {
+            let token = web::cookie(ctx.req, web::REFRESH_COOKIE).ok_or(ApiError::InvalidToken)?;
+            web::check_csrf(ctx.req, ctx.config)?;
+            let keys = ctx.keys()?;
+            let claims = keys
+                .tokens
+                .verify(TokenKind::Refresh, &token, ctx.now_secs())
+                .map_err(|_| ApiError::InvalidToken)?;
+            (claims.sub, claims.sid.unwrap_or_default())
+        };
+    end(ctx, &user_id, &sid)?;
+    ctx.header("Set-Cookie", web::clear_refresh_cookie(ctx.config));
+    ctx.audit(Some(&user_id), "logout", true, json!({ "sessionId": sid }));
+    Ok(Outcome::Done(web::ok(
+        200,
+        json!({ "message": "Logged out successfully" }),
+    )))
+}
+
+/// Ends every session of `user_id`; returns how many there were.
+pub fn end_all(ctx: &mut Ctx, user_id: &str) -> Result<usize, ApiError> {
+    let now = ctx.now_ms();
+    let sids = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
+        u.prune(now);
+        Ok(std::mem::take(&mut u.sessions))
+    })?
+    .unwrap_or_default();
+    for r in &sids {
+        records::remove(ctx.env, &key(&r.id))?;
+    }
+    Ok(sids.len())
+}
+
+/// `POST /auth/revoke-sessions`.
+pub fn revoke_all(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
+    ctx.limit(ratelimit::DEFAULT, &ctx.ip.clone())?;
+    let (user, _) = authenticate_session(ctx)?;
+    let n = end_all(ctx, &user.id)?;
+    ctx.header("Set-Cookie", web::clear_refresh_cookie(ctx.config));
+    ctx.audit(
+        Some(&user.id),
+        "sessions_revoked",
+        true,
+        json!({ "revokedCount": n }),
+    );
+    Ok(Outcome::Done(web::ok(
+        200,
+        json!({ "message": "All sessions revoked", "revokedCount": n }),
+    )))
+}
+
+fn session_json(s: &SessionRecord, current: &str) -> Value {
+    json!({
+        "id": s.id,
+        "ipAddress": s.ip_address,
+        "userAgent": s.user_agent,
+        "createdAt": iso8601(s.created_ms),
+        "lastUsedAt": iso8601(s.last_used_ms),
+        "expiresAt": iso8601(s.exp_ms),
+        "current": s.id == current,
+    })
+}
+
+/// `GET /auth/sessions`.
+pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
+    ctx.limit(ratelimit::DEFAULT, &ctx.ip.clone())?;
+    let auth = authenticate(ctx, Access::Scope("user:read"))?;
+    let current = auth
+        .session
+        .as_ref()
+        .map(|s| s.id.clone())
+        .unwrap_or_default();
+    let keys: Vec<String> = auth.user.sessions.iter().map(|r| key(&r.id)).collect();
+    let now = ctx.now_ms();
+    let mut sessions = Vec::new();
+    for s in records::load_each::<SessionRecord>(ctx.env.store, &keys)? {
+        if s.exp_ms > now && s.user_id == auth.user.id {
+            sessions.push(s);
+        }
+    }
+    sessions.sort_by_key(|s| std::cmp::Reverse(s.created_ms));
+    let list: Vec<Value> = sessions.iter().map(|s| session_json(s, &current)).collect();
+    Ok(Outcome::Done(web::ok(200, json!({ "sessions": list }))))
+}
+
+/// `DELETE /auth/sessions/{sessionId}`.
+pub fn delete(ctx: &mut Ctx, sid: &str) -> Result<Outcome, ApiError> {
+    ctx.limit(ratelimit::DEFAULT, &ctx.ip.clone())?;
+    let (user, _) = authenticate_session(ctx)?;
+    let auth = Auth {
+        user,
+        session: None,
+        key_id: None,
+    };
+    let target = load(ctx, sid)?.filter(|s| s.user_id == auth.user.id);
+    if target.is_none() {
+        return Err(ApiError::NotFound);
+    }
+    end(ctx, &auth.user.id, sid)?;
+    ctx.audit(
+        Some(&auth.user.id),
+        "sessions_revoked",
+        true,
+        json!({ "sessionId": sid }),
+    );
+    Ok(Outcome::Done(web::ok(
+        200,
+        json!({ "message": "Session revoked" }),
+    )))
+}
+
+/// `POST /auth/introspect` (RFC 7662 style, for gateways): needs an API key
+/// with `auth:introspect` (or a session); limited per key. `active` is false
+/// for any token that is invalid, expired, of another kind, or whose session
+/// has ended.
+pub fn introspect(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
+    let auth = authenticate(ctx, Access::Scope("auth:introspect"))?;
+    let subject = auth.key_id.clone().unwrap_or_else(|| auth.user.id.clone());
+    ctx.limit(ratelimit::INTROSPECT, &subject)?;
+    let body = web::parse_body(ctx.req)?;
+    let token = web::req_str(&body, "token")?;
+    let keys = ctx.keys()?;
+    let inactive = || Ok(Outcome::Done(web::ok(200, json!({ "active": false }))));
+    let Ok(claims) = keys
+        .tokens
+        .verify(TokenKind::Access, &token, ctx.now_secs())
+    else {
+        return inactive();
+    };
+    let sid = claims.sid.clone().unwrap_or_default();
+    match load(ctx, &sid)? {
+        Some(s) if s.user_id == claims.sub => Ok(Outcome::Done(web::ok(
+            200,
+            json!({
+                "active": true,
+                "sub": claims.sub,
+                "sid": sid,
+                "mfa": claims.mfa.unwrap_or(false),
+                "exp": claims.exp,
+                "iat": claims.iat,
+                "tokenType": "access",
+            }),
+        ))),
+        _ => inactive(),
+    }
+}

@@ -1,0 +1,297 @@
+//! What the service keeps in the store, and the few ways it reads and
+//! writes it.
+//!
+//! Key layout (every key the service writes):
+//!
+//! | key | value |
+//! |---|---|
+//! | `user:{id}` | [`UserRecord`] (JSON), changed only with [`update`] |
+//! | `email:{lower-case e-mail}` | user id |
+//! | `username:{lower-case name}` | user id |
+//! | `claim:email:{..}`, `claim:username:{..}` | counters; 1 = claimed (removed after 10 minutes) |
+//! | `sess:{sid}` | [`crate::api::sessions::SessionRecord`] |
+//! | `dev:{did}` | [`crate::api::devices::DeviceRecord`] |
+//! | `apikey:{id}`, `apikeyp:{prefix}` | [`crate::api::apikeys::ApiKeyRecord`], prefix → id |
+//! | `rl:{rule}:{subject}:{window}` | rate-limit counters |
+//! | `tt:{jti}`, `ttu:{jti}` | temp-token attempt and use counters |
+//! | `mfafail:{uid}` / `mfalock:{uid}` | failed second-factor counter / lock record |
+//! | `audit:{uid}:{n}`, `auditn:{uid}` | audit records and their sequence counter |
+//! | `sys:secret:{NAME}` | generated development secrets |
+//! | `hk:…` | the housekeeping index (see [`crate::plumbing::housekeeping`]) |
+//! | `lk:{key}:{period}` | lock counters (see [`crate::plumbing::lock`]) |
+//!
+//! Records are JSON. A record that several requests may change at once is
+//! only ever changed with [`update`] and removed with [`remove`], which hold
+//! the record's lock (`increment`-based, so it works on every Spin
+//! backend): the read, the change and the write happen as one step, and a
+//! removal cannot be undone by an update that read the record before it.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::contract::error::ApiError;
+use crate::contract::ports::{Env, Store};
+use crate::plumbing::lock;
+
+/// A user and everything that hangs off it but needs no key of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserRecord {
+    pub id: String,
+    pub email: String,
+    pub username: String,
+    pub password_hash: String,
+    pub two_factor_enabled: bool,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    #[serde(default)]
+    pub methods: Vec<MethodRecord>,
+    /// Session ids with their expiry, so expired ones can be pruned.
+    #[serde(default)]
+    pub sessions: Vec<Ref>,
+    /// Trusted-device ids with their expiry.
+    #[serde(default)]
+    pub devices: Vec<Ref>,
+    #[serde(default)]
+    pub backup: Option<BackupSet>,
+    /// The last TOTP time step accepted (replay protection).
+    #[serde(default)]
+    pub totp_last_step: Option<u64>,
+    #[serde(default)]
+    pub pending_totp: Option<PendingTotp>,
+    /// Outstanding SMS / e-mail codes (at most one per method and purpose).
+    #[serde(default)]
+    pub codes: Vec<OtpCode>,
+    /// Ids of the user's API keys.
+    #[serde(default)]
+    pub api_keys: Vec<String>,
+    /// Ids of the user's webhooks.
+    #[serde(default)]
+    pub webhooks: Vec<String>,
+}
+
+/// An id with its expiry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ref {
+    pub id: String,
+    pub exp_ms: u64,
+}
+
+/// A second-factor method.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MethodRecord {
+    pub id: String,
+    /// `totp`, `sms` or `email`.
+    pub kind: String,
+    pub enabled: bool,
+    /// TOTP secret, base32 (TOTP only).
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// Phone number, E.164 (SMS only).
+    #[serde(default)]
+    pub phone: Option<String>,
+    /// Address (e-mail only).
+    #[serde(default)]
+    pub email: Option<String>,
+    pub verified_ms: u64,
+    pub created_ms: u64,
+}
+
+/// The user's backup codes, as keyed hashes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSet {
+    pub codes: Vec<BackupSlot>,
+}
+
+/// One backup code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSlot {
+    pub hash: String,
+    pub used: bool,
+}
+
+/// A TOTP setup waiting for its first code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingTotp {
+    pub secret: String,
+    pub backup_hashes: Vec<String>,
+    pub exp_ms: u64,
+}
+
+/// Why an SMS / e-mail code was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Purpose {
+    /// Confirms a new method (`/2fa/{sms,email}/verify-setup`).
+    Setup,
+    /// Second factor of a login (`/2fa/verify`).
+    Login,
+}
+
+/// An SMS or e-mail code, hashed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OtpCode {
+    /// `sms` or `email`.
+    pub method: String,
+    pub purpose: Purpose,
+    /// Where it went (phone or address).
+    pub target: String,
+    pub hash: String,
+    pub exp_ms: u64,
+    pub attempts: u32,
+}
+
+impl UserRecord {
+    /// The enabled method of `kind`, if any.
+    pub fn method(&self, kind: &str) -> Option<&MethodRecord> {
+        self.methods.iter().find(|m| m.kind == kind && m.enabled)
+    }
+
+    /// Types of the enabled methods, in a stable order.
+    pub fn method_kinds(&self) -> Vec<&'static str> {
+        ["totp", "sms", "email"]
+            .into_iter()
+            .filter(|k| self.method(k).is_some())
+            .collect()
+    }
+
+    /// Drops expired pending state (codes, TOTP setup, session and device
+    /// references) so the record never grows without bound.
+    pub fn prune(&mut self, now_ms: u64) {
+        self.codes.retain(|c| c.exp_ms > now_ms);
+        if self
+            .pending_totp
+            .as_ref()
+            .is_some_and(|p| p.exp_ms <= now_ms)
+        {
+            self.pending_totp = None;
+        }
+        self.sessions.retain(|r| r.exp_ms > now_ms);
+        self.devices.retain(|r| r.exp_ms > now_ms);
+    }
+
+    /// Recomputes `two_factor_enabled` from the methods; voids backup codes
+    /// when no method is left.
+    pub fn refresh_two_factor(&mut self) {
+        self.two_factor_enabled = self.methods.iter().any(|m| m.enabled);
+        if !self.two_factor_enabled {
+            self.backup = None;
+            self.totp_last_step = None;
+        }
+    }
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|_| ApiError::Internal)
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, ApiError> {
+    serde_json::to_vec(value).map_err(|_| ApiError::Internal)
+}
+
+/// Reads and decodes the record at `key`.
+pub fn load<T: DeserializeOwned>(store: &dyn Store, key: &str) -> Result<Option<T>, ApiError> {
+    match store.get(key)? {
+        None => Ok(None),
+        Some(bytes) => decode(&bytes).map(Some),
+    }
+}
+
+/// Encodes and writes `value` at `key` unconditionally. Only for keys the
+/// caller owns exclusively (a fresh id, a name it has just claimed).
+pub fn save<T: Serialize>(store: &dyn Store, key: &str, value: &T) -> Result<(), ApiError> {
+    store.set(key, &encode(value)?)?;
+    Ok(())
+}
+
+/// Reads and decodes the records at `keys`, one key at a time (no batch
+/// read: see [`crate::contract::ports`]), skipping missing ones. Records that do not
+/// decode are skipped too: a list shows what it can.
+pub fn load_each<T: DeserializeOwned>(
+    store: &dyn Store,
+    keys: &[String],
+) -> Result<Vec<T>, ApiError> {
+    let mut out = Vec::with_capacity(keys.len());
+    for key in keys {
+        if let Some(bytes) = store.get(key)? {
+            if let Ok(value) = serde_json::from_slice(&bytes) {
+                out.push(value);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads the record at `key`, lets `change` modify it, and writes it back,
+/// all under the record's lock ([`crate::plumbing::lock`]), so concurrent updates of
+/// one record happen one after the other and none is lost. When `change`
+/// returns an error nothing is written; when it changes nothing the record
+/// is not rewritten. A missing record is `Ok(None)` (`change` does not run).
+pub fn update<T, R>(
+    env: &Env,
+    key: &str,
+    change: impl FnOnce(&mut T) -> Result<R, ApiError>,
+) -> Result<Option<R>, ApiError>
+where
+    T: Serialize + DeserializeOwned,
+{
+    let store = env.store;
+    lock::with(store, key, env.now_ms, || {
+        let Some(old) = store.get(key)? else {
+            return Ok(None);
+        };
+        let mut value: T = decode(&old)?;
+        let out = change(&mut value)?;
+        let new = encode(&value)?;
+        if new != old {
+            store.set(key, &new)?;
+        }
+        Ok(Some(out))
+    })
+}
+
+/// Replaces the value at `key` with `new` if it is `old`, under the key's
+/// lock: compare-and-swap for the few plain values (queue pointers) that
+/// are not JSON records. Returns whether it replaced.
+pub fn replace(env: &Env, key: &str, old: &[u8], new: &[u8]) -> Result<bool, ApiError> {
+    let store = env.store;
+    lock::with(store, key, env.now_ms, || {
+        if store.get(key)?.as_deref() != Some(old) {
+            return Ok(false);
+        }
+        store.set(key, new)?;
+        Ok(true)
+    })
+}
+
+/// Removes the record at `key` under its lock, so that no update that read
+/// it before can write it back.
+pub fn remove(env: &Env, key: &str) -> Result<(), ApiError> {
+    lock::with(env.store, key, env.now_ms, || Ok(env.store.delete(key)?))
+}
+
+/// Removes the record at `key` under its lock if its `expMs` field is not
+/// after `env.now_ms`. A record without a readable expiry is left alone.
+/// Returns whether it was removed.
+pub fn remove_expired(env: &Env, key: &str) -> Result<bool, ApiError> {
+    let store = env.store;
+    lock::with(store, key, env.now_ms, || {
+        let Some(bytes) = store.get(key)? else {
+            return Ok(false);
+        };
+        let exp = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v.get("expMs").and_then(|e| e.as_u64()));
+        if exp.is_none_or(|e| e > env.now_ms) {
+            return Ok(false);
+        }
+        store.delete(key)?;
+        Ok(true)
+    })
+}

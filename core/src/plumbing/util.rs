@@ -1,0 +1,88 @@
+//! Small pure helpers: identifiers and timestamps.
+
+use crate::contract::ports::Env;
+
+/// A random (version 4) UUID in its canonical text form.
+pub fn uuid_v4(env: &mut Env) -> String {
+    let mut b: [u8; 16] = env.random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = crate::crypto::signature::to_hex(&b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// True for a canonical lower-case UUID (what [`uuid_v4`] makes). Ids from
+/// paths are checked with it before they reach a store key.
+pub fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_digit() || ('a'..='f').contains(&c),
+        })
+}
+
+/// A random token of `n` bytes as lower-case hex.
+pub fn random_hex(env: &mut Env, n: usize) -> String {
+    let mut b = vec![0u8; n];
+    env.rng.fill(&mut b);
+    crate::crypto::signature::to_hex(&b)
+}
+
+/// ISO 8601 / RFC 3339 UTC timestamp with milliseconds, e.g.
+/// `2024-01-02T03:04:05.678Z`.
+pub fn iso8601(ms: u64) -> String {
+    let secs = ms / 1000;
+    let millis = ms % 1000;
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian
+/// calendar (H. Hinnant's algorithm, for non-negative day counts).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso8601_known_instants() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(iso8601(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+        assert_eq!(iso8601(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn uuid_shape() {
+        assert!(is_uuid("123e4567-e89b-42d3-a456-426614174000"));
+        assert!(!is_uuid("123e4567-e89b-42d3-a456-42661417400"));
+        assert!(!is_uuid("../../../../e89b-42d3-a456-426614174000"));
+        assert!(!is_uuid("123E4567-E89B-42D3-A456-426614174000"));
+    }
+}
