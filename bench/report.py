@@ -419,6 +419,19 @@ def main():
             d = f"{s['p50'] - base['p50']:+.1f} µs" if base and v != "no filter" else "–"
             w(f"| {v} | {conc} | {rate(s['rps'])} ({rate(s['rps_min'])}–{rate(s['rps_max'])}) "
               f"| {us(s['p50'])} | {us(s['p99'])} | {d} | {s['errors']} |")
+    v8 = by.get("filter_v8", [])
+    if v8:
+        w("\nThe filter's own work in V8 without Envoy (`bench/filter-v8/bench.mjs`: Node.js "
+          f"{sh('node --version')}, the same module driven through a request's proxy-wasm calls by a minimal host "
+          "in JavaScript): per request, the median of the runs. `none` is a path under a `none` rule "
+          "(the glue alone: context, header map, rule lookup), `allow` a valid token, `deny` a bad "
+          "signature (answered locally).\n")
+        w("| variant | per request (median) | runs |")
+        w("|---|---:|---:|")
+        for v in ("none", "allow", "deny"):
+            xs = [r["r"]["ns_per_request"] for r in v8 if r["r"]["variant"] == v]
+            if xs:
+                w(f"| {v} | {ns(med(xs))} | {len(xs)} |")
     if by.get("envoy_stats"):
         st = [x for x in by["envoy_stats"][0]["text"].split(";") if "introspection" in x]
         if st:

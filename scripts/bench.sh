@@ -444,6 +444,12 @@ for run_i in $(seq 1 "$RUNS"); do
         wrk_run "\"target\":\"envoy\",\"endpoint\":\"empty wasm filter\",\"run\":$run_i" "$conc" "http://127.0.0.1:$p_empty/" WRK_TOKEN="$token"
     done
 done
+# The filter's own cost in V8 without Envoy (Node.js is V8 too): a minimal
+# proxy-wasm host drives the same module through a request's calls.
+step "the filter in V8 (Node.js), without Envoy"
+v8_cfg="{\"secrets\":[\"$secret\"],\"default\":\"auth\",\"rules\":[{\"path\":\"/health\",\"require\":\"none\"}]}"
+run node "$root/bench/filter-v8/bench.mjs" "$filter" "$v8_cfg" "$token" --secs "$SECS" --runs "$RUNS" 2>/dev/null \
+    | while read -r line; do record "{\"bench\":\"filter_v8\",\"r\":$line}"; done
 stats=$(curl -s "http://127.0.0.1:$p_admin/stats?filter=tfa_edge" | tr '\n' ';' | sed 's/"/\\"/g')
 record "{\"bench\":\"envoy_stats\",\"text\":\"$stats\"}"
 cleanup

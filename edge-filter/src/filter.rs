@@ -16,6 +16,7 @@ use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, Metr
 use tfa_core::tokens::Verifier;
 
 use crate::config::{Config, Requirement};
+use crate::headers::Headers;
 use crate::introspect::{self, CacheSlot, Cached};
 use crate::policy::{self, Denial};
 
@@ -151,20 +152,33 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Every request header (names are lower case in Envoy).
-fn request_headers() -> Vec<(String, Vec<u8>)> {
-    hostcalls::get_map_bytes(MapType::HttpRequestHeaders).unwrap_or_default()
+/// The request's header map as the host serialised it: one buffer, read in
+/// place by [`Headers`] (the SDK's `get_map_bytes` copies every name and
+/// value, and panics on a map it cannot parse).
+fn request_header_bytes() -> Vec<u8> {
+    let mut data: *mut u8 = std::ptr::null_mut();
+    let mut size: usize = 0;
+    // SAFETY: the host writes a pointer to a buffer it allocated in this
+    // module's memory through `proxy_on_memory_allocate` (the SDK's
+    // allocator: a `Vec<u8>` of exactly that capacity, forgotten), and its
+    // size; we take ownership of it exactly as the SDK's own
+    // `get_map_bytes` does.
+    unsafe {
+        match proxy_get_header_map_pairs(MapType::HttpRequestHeaders, &mut data, &mut size) {
+            Status::Ok if !data.is_null() => Vec::from_raw_parts(data, size, size),
+            _ => Vec::new(),
+        }
+    }
 }
 
-fn first<'a>(headers: &'a [(String, Vec<u8>)], name: &str) -> Option<&'a [u8]> {
-    headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.as_slice())
-}
-
-fn text<'a>(headers: &'a [(String, Vec<u8>)], name: &str) -> Option<&'a str> {
-    first(headers, name).and_then(|v| std::str::from_utf8(v).ok())
+#[link(wasm_import_module = "env")]
+extern "C" {
+    // The same import as the SDK's (identical signature).
+    fn proxy_get_header_map_pairs(
+        map_type: MapType,
+        return_map_data: *mut *mut u8,
+        return_map_size: *mut usize,
+    ) -> Status;
 }
 
 impl Filter {
@@ -243,20 +257,21 @@ impl HttpContext for Filter {
         // One read of all headers, then one removal per protected header
         // that is actually there (usually none: each host call into Envoy
         // costs about as much as the rest of a header check).
-        let headers = request_headers();
+        let raw = request_header_bytes();
+        let headers = Headers::parse(&raw).unwrap_or_default();
         for name in &state.cfg.protected_headers {
-            if headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name)) {
+            if headers.contains(name) {
                 let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
             }
         }
-        let method = text(&headers, ":method").unwrap_or_default();
-        let path = text(&headers, ":path").unwrap_or_default();
+        let method = headers.text(":method").unwrap_or_default();
+        let path = headers.text(":path").unwrap_or_default();
 
         // 2. Preflights and `none` rules pass.
         if policy::is_preflight(
             method,
-            first(&headers, "origin"),
-            first(&headers, "access-control-request-method"),
+            headers.first("origin"),
+            headers.first("access-control-request-method"),
         ) {
             Metrics::inc(self.metrics.allowed);
             return Action::Continue;
@@ -267,25 +282,26 @@ impl HttpContext for Filter {
             return Action::Continue;
         }
 
-        // 3. The token.
-        let html = policy::wants_html(first(&headers, "accept"));
-        let original = policy::original_url(
-            text(&headers, ":scheme"),
-            text(&headers, ":authority"),
-            path,
-        );
-        let cookies: Vec<&[u8]> = headers
-            .iter()
-            .filter(|(k, _)| k.eq_ignore_ascii_case("cookie"))
-            .map(|(_, v)| v.as_slice())
-            .collect();
+        // 3. The token. What a refusal needs (browser or not, the original
+        // URL) is worked out only for a refusal.
+        let refusal = || {
+            let html = policy::wants_html(headers.first("accept"));
+            let original =
+                policy::original_url(headers.text(":scheme"), headers.text(":authority"), path);
+            (html, original)
+        };
+        let cookies: Vec<&[u8]> = match state.cfg.cookie_name {
+            Some(_) => headers.all("cookie").collect(),
+            None => Vec::new(),
+        };
         let token = policy::extract_token(
-            first(&headers, "authorization"),
+            headers.first("authorization"),
             &cookies,
             state.cfg.cookie_name.as_deref(),
         );
         let Some(now) = now() else {
             log(LogLevel::Error, "tfa-edge: the host gave no current time");
+            let (html, original) = refusal();
             self.deny(Denial::NotConfigured, html, &original);
             return Action::Pause;
         };
@@ -297,6 +313,7 @@ impl HttpContext for Filter {
         ) {
             Ok(claims) => claims,
             Err(denial) => {
+                let (html, original) = refusal();
                 self.deny(denial, html, &original);
                 return Action::Pause;
             }
@@ -317,10 +334,12 @@ impl HttpContext for Filter {
                     self.allow(&forward);
                     return Action::Continue;
                 }
+                let (html, original) = refusal();
                 self.deny(Denial::SessionInactive, html, &original);
                 return Action::Pause;
             }
         }
+        let (html, original) = refusal();
         Metrics::inc(self.metrics.introspection_calls);
         match hostcalls::dispatch_http_call(
             &intro.cluster,

@@ -101,9 +101,12 @@ pub fn request_headers(intro: &Introspection) -> Vec<(&str, &str)> {
 
 /// Body of the call: `{"token": "..."}`.
 pub fn request_body(token: &str) -> Vec<u8> {
-    serde_json::json!({ "token": token })
-        .to_string()
-        .into_bytes()
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        token: &'a str,
+    }
+    // Serialising a struct of one string cannot fail.
+    serde_json::to_vec(&Body { token }).unwrap_or_default()
 }
 
 /// Why an answer could not be used.
@@ -127,14 +130,38 @@ pub fn parse_response(status: Option<u16>, body: &[u8]) -> Result<bool, ApiError
     if body.len() > MAX_BODY {
         return Err(ApiError::Garbage);
     }
-    let v: serde_json::Value = serde_json::from_slice(body).map_err(|_| ApiError::Garbage)?;
-    if v.get("success") != Some(&serde_json::Value::Bool(true)) {
+    // Read straight into the two members that matter (no JSON tree: the
+    // filter links no `serde_json::Value`). Both levels must be objects:
+    // serde would also read a struct from an array, by position.
+    #[derive(serde::Deserialize)]
+    struct Answer<'a> {
+        success: Option<bool>,
+        #[serde(borrow)]
+        data: Option<&'a serde_json::value::RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Data {
+        active: Option<bool>,
+    }
+    if !is_json_object(body) {
         return Err(ApiError::Garbage);
     }
-    v.get("data")
-        .and_then(|d| d.get("active"))
-        .and_then(serde_json::Value::as_bool)
+    let answer: Answer<'_> = serde_json::from_slice(body).map_err(|_| ApiError::Garbage)?;
+    let data = match (answer.success, answer.data) {
+        (Some(true), Some(data)) if is_json_object(data.get().as_bytes()) => data.get(),
+        _ => return Err(ApiError::Garbage),
+    };
+    serde_json::from_str::<Data>(data)
+        .ok()
+        .and_then(|d| d.active)
         .ok_or(ApiError::Garbage)
+}
+
+/// Whether `json` starts (after JSON white space) with `{`.
+fn is_json_object(json: &[u8]) -> bool {
+    json.iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        .is_some_and(|b| *b == b'{')
 }
 
 #[cfg(test)]
@@ -204,6 +231,13 @@ mod tests {
             br#"{"success":true,"data":{"active":true,"sub":"u","sid":"s","mfa":true,"exp":1}}"#;
         assert_eq!(parse_response(Some(200), ok), Ok(true));
         assert_eq!(
+            parse_response(
+                Some(200),
+                b" {\"data\": {\"x\": [1, {}], \"active\": true}, \"success\": true}\n"
+            ),
+            Ok(true)
+        );
+        assert_eq!(
             parse_response(Some(200), br#"{"success":true,"data":{"active":false}}"#),
             Ok(false)
         );
@@ -216,6 +250,12 @@ mod tests {
             br#"{"success":false,"error":"x"}"#,
             br#"{"success":true,"data":{"active":"yes"}}"#,
             br#"{"success":true}"#,
+            br#"{"success":"true","data":{"active":true}}"#,
+            br#"{"success":true,"data":null}"#,
+            br#"{"success":true,"data":[true]}"#,
+            br#"[true,{"active":true}]"#,
+            br#"{"success":true,"data":{"active":true},"success":true}"#,
+            br#"{"success":true,"data":{"active":true}"#,
         ] {
             assert_eq!(parse_response(Some(200), bad), Err(ApiError::Garbage));
         }

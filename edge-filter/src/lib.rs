@@ -57,7 +57,7 @@
 //! 6. `proxy_on_done` / `proxy_on_delete` end the HTTP context; nothing is
 //!    kept per request.
 //!
-//! The decision logic ([`config`], [`policy`], [`introspect`]) is plain Rust
+//! The decision logic ([`config`], [`policy`], [`introspect`], [`headers`]) is plain Rust
 //! with native unit tests; only the `filter` module (wasm32 only) talks to
 //! the host, through `proxy_wasm::hostcalls`, and never traps on a host call
 //! that the ABI allows to fail.
@@ -67,6 +67,7 @@
 pub mod config;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod headers;
 pub mod introspect;
 pub mod policy;
 

@@ -1,6 +1,6 @@
 //! JSON Web Tokens of the four kinds the service hands out (access, refresh,
-//! temporary and device tokens): issuing them and verifying them, HS256
-//! only, with `jsonwebtoken`.
+//! temporary and device tokens): issuing them with `jsonwebtoken` and
+//! verifying them, HS256 only.
 //!
 //! Each kind has its own secret and its own `typ` claim, so a token of one
 //! kind is never accepted as another. [`TokenKeys`] issues and verifies all
@@ -12,27 +12,37 @@
 //! headers naming a key or requiring extensions (`jku`, `jwk`, `x5u`, `x5c`,
 //! `crit`) are refused; `iss` and `aud` must be exactly the configured
 //! strings (an `aud` array is refused even if it contains the audience);
-//! `exp` and `nbf` are checked against the `now_secs` argument.
+//! `exp` and `nbf` are checked against the `now_secs` argument; a header
+//! member or claim given twice is refused.
 //!
-//! What this module does not do: it never reads the clock (jsonwebtoken's own
-//! `exp`/`nbf` checks, which would, are switched off), keeps no revocation
-//! list and no session state (`sid`/`jti` are checked against the store by
-//! callers), and supports no algorithm but HS256.
+//! Verification is done here rather than by `jsonwebtoken::decode`, which
+//! parses the header twice and the payload twice and derives the HMAC key
+//! anew for every token: the edge filter runs it on every request (issue
+//! #15). Each part is decoded and parsed once, straight into the members the
+//! checks read, and each secret's HMAC key schedule is computed once when
+//! the keys are built; the tag is compared in constant time
+//! (`Mac::verify_slice`). Issuing stays with `jsonwebtoken`, on core's
+//! HMAC-only provider.
 //!
-//! Building a [`TokenKeys`] or a [`Verifier`] installs jsonwebtoken's
-//! RustCrypto provider as its process-wide default if no provider has been
-//! installed yet, so that token operations cannot panic for want of one. A
-//! host that wants another provider installs it before building either.
+//! What this module does not do: it never reads the clock, keeps no
+//! revocation list and no session state (`sid`/`jti` are checked against
+//! the store by callers), and supports no algorithm but HS256.
+//!
+//! Building a [`TokenKeys`] installs core's HMAC-only provider as
+//! jsonwebtoken's process-wide default if no provider has been installed
+//! yet, so that issuing cannot panic for want of one. A [`Verifier`] needs
+//! no provider.
+
+use std::borrow::Cow;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use jsonwebtoken::errors::ErrorKind;
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
-use serde_json::{Map, Value};
-
-/// Header parameters that make a token name its own key or demand
-/// extensions: a token carrying any of them is refused.
-const FORBIDDEN_HEADER_PARAMS: [&str; 5] = ["jku", "jwk", "x5u", "x5c", "crit"];
+use hmac::digest::KeyInit;
+use hmac::{Hmac, Mac};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use sha2::Sha256;
 
 /// Length in bytes of an HS256 signature.
 const HS256_LEN: usize = 32;
@@ -153,14 +163,14 @@ pub enum TokenError {
 #[derive(Clone)]
 struct KindKeys {
     encoding: EncodingKey,
-    decoding: DecodingKey,
+    mac: Hmac<Sha256>,
 }
 
 impl KindKeys {
     fn new(secret: &[u8]) -> Self {
         KindKeys {
             encoding: EncodingKey::from_secret(secret),
-            decoding: DecodingKey::from_secret(secret),
+            mac: mac_of(secret),
         }
     }
 }
@@ -279,7 +289,7 @@ impl TokenKeys {
         };
         verify_token(
             token,
-            std::slice::from_ref(&self.keys(kind).decoding),
+            std::slice::from_ref(&self.keys(kind).mac),
             &policy,
             now_secs,
         )
@@ -290,7 +300,7 @@ impl TokenKeys {
 #[derive(Clone)]
 pub struct Verifier {
     kind: TokenKind,
-    keys: Vec<DecodingKey>,
+    keys: Vec<Hmac<Sha256>>,
     issuer: String,
     audience: String,
     leeway_secs: u64,
@@ -307,13 +317,9 @@ impl Verifier {
         audience: &str,
         leeway_secs: u64,
     ) -> Self {
-        ensure_crypto_provider();
         Verifier {
             kind,
-            keys: secrets
-                .iter()
-                .map(|s| DecodingKey::from_secret(s))
-                .collect(),
+            keys: secrets.iter().map(|s| mac_of(s)).collect(),
             issuer: issuer.to_owned(),
             audience: audience.to_owned(),
             leeway_secs,
@@ -339,11 +345,20 @@ impl Verifier {
 
 /// Installs core's HMAC-only provider ([`crate::crypto::jwt_hmac`]) as
 /// jsonwebtoken's process default unless one is installed already (then
-/// this does nothing).
+/// this does nothing). Only issuing needs it: verification below computes
+/// the MAC itself, from a key schedule prepared once per secret.
 fn ensure_crypto_provider() {
     // `Err` only means a provider is already installed: keep that one.
     let _ =
         jsonwebtoken::crypto::CryptoProvider::install_default(&crate::crypto::jwt_hmac::PROVIDER);
+}
+
+/// HMAC-SHA256 keyed with one secret: the inner and outer pads are hashed
+/// once, here, and every verification starts from a copy of that state.
+fn mac_of(secret: &[u8]) -> Hmac<Sha256> {
+    // HMAC takes keys of any length: this cannot fail.
+    <Hmac<Sha256> as KeyInit>::new_from_slice(secret)
+        .unwrap_or_else(|_| <Hmac<Sha256> as KeyInit>::new(&Default::default()))
 }
 
 /// What a token must satisfy besides its signature.
@@ -355,127 +370,262 @@ struct Policy<'a> {
 }
 
 /// The one verification routine behind [`TokenKeys::verify`] and
-/// [`Verifier::verify`].
+/// [`Verifier::verify`], so the API and the edge filter cannot disagree
+/// about a token.
+///
+/// It decodes and parses each part once, straight into the claims it
+/// checks (no intermediate JSON tree), and checks the tag with each key's
+/// precomputed HMAC state in constant time (`Mac::verify_slice`).
+/// jsonwebtoken's `decode` would parse the header twice and the payload
+/// twice and derive the HMAC key anew for every token: in the edge filter,
+/// which runs this on every request, that was most of its cost.
 fn verify_token(
     token: &str,
-    keys: &[DecodingKey],
+    keys: &[Hmac<Sha256>],
     policy: &Policy<'_>,
     now_secs: u64,
 ) -> Result<Claims, TokenError> {
-    check_shape_and_header(token)?;
-
-    // Signature only: every claim check below is ours, against `now_secs`.
-    let mut validation = Validation::new(Algorithm::HS256);
-    validation.algorithms = vec![Algorithm::HS256];
-    validation.required_spec_claims.clear();
-    validation.validate_exp = false;
-    validation.validate_nbf = false;
-    validation.validate_aud = false;
-    validation.leeway = 0;
-
-    let mut payload = None;
-    for key in keys {
-        match jsonwebtoken::decode::<Value>(token, key, &validation) {
-            Ok(data) => {
-                payload = Some(data.claims);
-                break;
-            }
-            Err(e) if matches!(e.kind(), ErrorKind::InvalidSignature) => continue,
-            Err(e) => return Err(map_jwt_error(e.kind())),
-        }
+    let (message, signature) = check_shape_and_header(token)?;
+    if !keys.iter().any(|mac| {
+        mac.clone()
+            .chain_update(message.as_bytes())
+            .verify_slice(&signature)
+            .is_ok()
+    }) {
+        return Err(TokenError::BadSignature);
     }
-    let payload = payload.ok_or(TokenError::BadSignature)?;
-    check_claims(payload, policy, now_secs)
+    // The payload: the part between the two dots.
+    let payload = message
+        .split_once('.')
+        .map(|(_, p)| p)
+        .ok_or(TokenError::Malformed)?;
+    let payload = URL_SAFE_NO_PAD
+        .decode(payload)
+        .map_err(|_| TokenError::Malformed)?;
+    if !is_json_object(&payload) {
+        return Err(TokenError::Malformed);
+    }
+    let raw: RawClaims<'_> = serde_json::from_slice(&payload).map_err(|_| TokenError::Malformed)?;
+    check_claims(raw, policy, now_secs)
 }
 
 /// Structure and header checks, before any key is used: three parts, a
-/// base64url JSON object header with `alg` exactly `"HS256"` and none of the
-/// refused parameters, and a signature part that decodes to 32 bytes.
-fn check_shape_and_header(token: &str) -> Result<(), TokenError> {
+/// base64url JSON object header with `alg` exactly `"HS256"`, none of the
+/// refused parameters, string `typ`, `cty` and `kid` if present, and a
+/// signature part that decodes to 32 bytes. Returns the signed message
+/// (`header.payload`) and the signature.
+fn check_shape_and_header(token: &str) -> Result<(&str, [u8; HS256_LEN]), TokenError> {
     let mut parts = token.split('.');
     let (Some(header), Some(_payload), Some(signature), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return Err(TokenError::Malformed);
     };
+    let message = &token[..header.len() + 1 + _payload.len()];
     let header = URL_SAFE_NO_PAD
         .decode(header)
         .map_err(|_| TokenError::Malformed)?;
-    let header: Map<String, Value> =
+    if !is_json_object(&header) {
+        return Err(TokenError::Malformed);
+    }
+    let header: RawHeader<'_> =
         serde_json::from_slice(&header).map_err(|_| TokenError::Malformed)?;
-    if header.get("alg").and_then(Value::as_str) != Some("HS256") {
+    if !matches!(header.alg, Some(Raw::Str(ref a)) if a == "HS256") {
         return Err(TokenError::Algorithm);
     }
-    if FORBIDDEN_HEADER_PARAMS
-        .iter()
-        .any(|p| header.contains_key(*p))
-    {
+    if header.jku || header.jwk || header.x5u || header.x5c || header.crit {
         return Err(TokenError::Algorithm);
     }
-    match URL_SAFE_NO_PAD.decode(signature) {
-        Ok(sig) if sig.len() == HS256_LEN => Ok(()),
+    for param in [&header.typ, &header.cty, &header.kid] {
+        if matches!(param, Some(r) if !matches!(r, Raw::Str(_))) {
+            return Err(TokenError::Malformed);
+        }
+    }
+    // 43 base64url characters carry 32 bytes; the buffer leaves room for
+    // the decoder's own length estimate, and the count is checked.
+    let mut buf = [0u8; HS256_LEN + 3];
+    match URL_SAFE_NO_PAD.decode_slice(signature, &mut buf) {
+        Ok(HS256_LEN) => {
+            let mut tag = [0u8; HS256_LEN];
+            tag.copy_from_slice(&buf[..HS256_LEN]);
+            Ok((message, tag))
+        }
         _ => Err(TokenError::BadSignature),
     }
 }
 
-/// Maps a jsonwebtoken error (other than a bad signature, which the caller
-/// handles) to ours.
-fn map_jwt_error(kind: &ErrorKind) -> TokenError {
-    match kind {
-        ErrorKind::InvalidSignature => TokenError::BadSignature,
-        ErrorKind::InvalidAlgorithm
-        | ErrorKind::MissingAlgorithm
-        | ErrorKind::InvalidAlgorithmName
-        | ErrorKind::UnsupportedAlgorithm => TokenError::Algorithm,
-        _ => TokenError::Malformed,
+/// Whether `json` starts (after JSON white space) with `{`: the parts of a
+/// token must be objects, and serde would also read a struct from an array.
+fn is_json_object(json: &[u8]) -> bool {
+    json.iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        .is_some_and(|b| *b == b'{')
+}
+
+/// A JSON member's value as far as the checks care: a string (borrowed from
+/// the decoded part when it has no escapes), a non-negative integer, a
+/// boolean, or anything else. `null` is `None` around it, like a missing
+/// member.
+#[derive(Debug)]
+enum Raw<'a> {
+    Str(Cow<'a, str>),
+    U64(u64),
+    Bool(bool),
+    Other,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Raw<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Raw<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Raw<'a>, E> {
+                Ok(Raw::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Raw<'a>, E> {
+                Ok(Raw::Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Raw<'a>, E> {
+                Ok(Raw::Str(Cow::Owned(v)))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Raw<'a>, E> {
+                Ok(Raw::U64(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Raw<'a>, E> {
+                Ok(u64::try_from(v).map_or(Raw::Other, Raw::U64))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Raw<'a>, E> {
+                Ok(Raw::Other)
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Raw<'a>, E> {
+                Ok(Raw::Bool(v))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Raw<'a>, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Raw::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Raw<'a>, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Raw::Other)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
     }
+}
+
+/// Deserialises any value, `null` included, as "present".
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    IgnoredAny::deserialize(d).map(|_| true)
+}
+
+/// The header members the checks read; any other member is ignored. A
+/// member given twice is an error (RFC 7515 allows refusing duplicates).
+#[derive(Deserialize)]
+struct RawHeader<'a> {
+    #[serde(default, borrow)]
+    alg: Option<Raw<'a>>,
+    #[serde(default, borrow)]
+    typ: Option<Raw<'a>>,
+    #[serde(default, borrow)]
+    cty: Option<Raw<'a>>,
+    #[serde(default, borrow)]
+    kid: Option<Raw<'a>>,
+    #[serde(default, deserialize_with = "present")]
+    jku: bool,
+    #[serde(default, deserialize_with = "present")]
+    jwk: bool,
+    #[serde(default, deserialize_with = "present")]
+    x5u: bool,
+    #[serde(default, deserialize_with = "present")]
+    x5c: bool,
+    #[serde(default, deserialize_with = "present")]
+    crit: bool,
+}
+
+/// The claims the checks read, as they stand in the payload; any other
+/// claim is ignored. A claim given twice is an error (RFC 7519 allows
+/// refusing duplicates).
+#[derive(Deserialize)]
+struct RawClaims<'a> {
+    #[serde(default, borrow)]
+    sub: Option<Raw<'a>>,
+    #[serde(default, borrow)]
+    sid: Option<Raw<'a>>,
+    #[serde(default, borrow)]
+    jti: Option<Raw<'a>>,
+    #[serde(default, borrow)]
+    did: Option<Raw<'a>>,
+    #[serde(default, borrow)]
+    mfa: Option<Raw<'a>>,
+    #[serde(default, borrow)]
+    typ: Option<Raw<'a>>,
+    #[serde(default, borrow)]
+    iss: Option<Raw<'a>>,
+    #[serde(default, borrow)]
+    aud: Option<Raw<'a>>,
+    #[serde(default, borrow)]
+    iat: Option<Raw<'a>>,
+    #[serde(default, borrow)]
+    exp: Option<Raw<'a>>,
+    #[serde(default, borrow)]
+    nbf: Option<Raw<'a>>,
 }
 
 /// A required string claim: missing or null is `MissingClaim`, another JSON
 /// type is `Malformed`.
-fn string_claim<'a>(claims: &'a Map<String, Value>, name: &str) -> Result<&'a str, TokenError> {
-    match claims.get(name) {
-        None | Some(Value::Null) => Err(TokenError::MissingClaim),
-        Some(Value::String(s)) => Ok(s),
+fn string_claim<'a>(claim: &'a Option<Raw<'_>>) -> Result<&'a str, TokenError> {
+    match claim {
+        None => Err(TokenError::MissingClaim),
+        Some(Raw::Str(s)) => Ok(s),
+        Some(_) => Err(TokenError::Malformed),
+    }
+}
+
+/// An optional string claim: `Malformed` unless missing, null or a string.
+fn optional_string(claim: &Option<Raw<'_>>) -> Result<Option<String>, TokenError> {
+    match claim {
+        None => Ok(None),
+        Some(Raw::Str(s)) => Ok(Some(s.clone().into_owned())),
         Some(_) => Err(TokenError::Malformed),
     }
 }
 
 /// A time claim: `Ok(None)` if missing or null, `Malformed` unless a
 /// non-negative integer that fits in `u64`.
-fn time_claim(claims: &Map<String, Value>, name: &str) -> Result<Option<u64>, TokenError> {
-    match claims.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_u64().map(Some).ok_or(TokenError::Malformed),
+fn time_claim(claim: &Option<Raw<'_>>) -> Result<Option<u64>, TokenError> {
+    match claim {
+        None => Ok(None),
+        Some(Raw::U64(v)) => Ok(Some(*v)),
+        Some(_) => Err(TokenError::Malformed),
     }
 }
 
 /// The checks on a payload whose signature has been verified, in the order
 /// [`TokenKeys::verify`] documents.
-fn check_claims(payload: Value, policy: &Policy<'_>, now: u64) -> Result<Claims, TokenError> {
-    let Value::Object(map) = payload else {
-        return Err(TokenError::Malformed);
-    };
-
-    if string_claim(&map, "typ")? != policy.kind.typ() {
+fn check_claims(raw: RawClaims<'_>, policy: &Policy<'_>, now: u64) -> Result<Claims, TokenError> {
+    let typ = string_claim(&raw.typ)?;
+    if typ != policy.kind.typ() {
         return Err(TokenError::WrongType);
     }
     // `iss` and `aud` must be exactly the configured strings: an array (even
     // one holding the right value) or any other type is refused.
-    match map.get("iss") {
-        None | Some(Value::Null) => return Err(TokenError::MissingClaim),
-        Some(Value::String(s)) if s == policy.issuer => {}
+    let iss = match &raw.iss {
+        None => return Err(TokenError::MissingClaim),
+        Some(Raw::Str(s)) if s == policy.issuer => s,
         Some(_) => return Err(TokenError::WrongIssuer),
-    }
-    match map.get("aud") {
-        None | Some(Value::Null) => return Err(TokenError::MissingClaim),
-        Some(Value::String(s)) if s == policy.audience => {}
+    };
+    let aud = match &raw.aud {
+        None => return Err(TokenError::MissingClaim),
+        Some(Raw::Str(s)) if s == policy.audience => s,
         Some(_) => return Err(TokenError::WrongAudience),
-    }
+    };
 
-    let exp = time_claim(&map, "exp")?.ok_or(TokenError::MissingClaim)?;
-    time_claim(&map, "iat")?.ok_or(TokenError::MissingClaim)?;
-    let nbf = time_claim(&map, "nbf")?;
+    let exp = time_claim(&raw.exp)?.ok_or(TokenError::MissingClaim)?;
+    let iat = time_claim(&raw.iat)?.ok_or(TokenError::MissingClaim)?;
+    let nbf = time_claim(&raw.nbf)?;
 
     // Valid while now < exp + leeway; past u64::MAX that always holds.
     if let Some(limit) = exp.checked_add(policy.leeway_secs) {
@@ -490,9 +640,25 @@ fn check_claims(payload: Value, policy: &Policy<'_>, now: u64) -> Result<Claims,
         }
     }
 
-    string_claim(&map, "sub")?;
-    let claims: Claims =
-        serde_json::from_value(Value::Object(map)).map_err(|_| TokenError::Malformed)?;
+    let sub = string_claim(&raw.sub)?;
+    let mfa = match raw.mfa {
+        None => None,
+        Some(Raw::Bool(b)) => Some(b),
+        Some(_) => return Err(TokenError::Malformed),
+    };
+    let claims = Claims {
+        sub: sub.to_owned(),
+        sid: optional_string(&raw.sid)?,
+        jti: optional_string(&raw.jti)?,
+        did: optional_string(&raw.did)?,
+        mfa,
+        typ: typ.to_owned(),
+        iss: iss.clone().into_owned(),
+        aud: aud.clone().into_owned(),
+        iat,
+        exp,
+        nbf,
+    };
 
     let complete = match policy.kind {
         TokenKind::Access => claims.sid.is_some() && claims.mfa.is_some(),
@@ -512,7 +678,7 @@ mod tests {
     use super::*;
     use crate::crypto::signature::hmac_sha256;
     use proptest::prelude::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     const ALL: [TokenKind; 4] = [
         TokenKind::Access,
@@ -1094,6 +1260,49 @@ mod tests {
         // Padding or standard-alphabet signature.
         let tt = format!("{t}=");
         assert_eq!(k.verify(kind, &tt, NOW), Err(TokenError::BadSignature));
+    }
+
+    #[test]
+    fn duplicate_members_and_mistyped_header_params_refused() {
+        let k = keys();
+        let s = secret(TokenKind::Access);
+        let header = b64(hs256_header().to_string().as_bytes());
+        let sign = |msg: String| format!("{msg}.{}", b64(&hmac_sha256(s, msg.as_bytes())));
+        // A claim given twice is refused, whichever value comes last.
+        let p = access_payload();
+        let body = p.to_string();
+        for dup in [r#""sub":"other","#, r#""mfa":false,"#, r#""exp":1,"#] {
+            let raw = body.replacen('{', &format!("{{{dup}"), 1);
+            let t = sign(format!("{header}.{}", b64(raw.as_bytes())));
+            assert_eq!(
+                k.verify(TokenKind::Access, &t, NOW),
+                Err(TokenError::Malformed),
+                "{raw}"
+            );
+        }
+        // typ, cty and kid must be strings when present; other members are
+        // ignored, and escaped strings are read like plain ones.
+        let payload = b64(body.as_bytes());
+        for (h, ok) in [
+            (r#"{"alg":"HS256","typ":5}"#, false),
+            (r#"{"alg":"HS256","cty":[]}"#, false),
+            (r#"{"alg":"HS256","kid":{}}"#, false),
+            (r#"{"alg":"HS256","typ":null,"x-other":[1,{"a":2}]}"#, true),
+            (r#"{"alg":"HS\u0032\u0035\u0036","typ":"J\nWT"}"#, true),
+            (r#" {"alg":"HS256"}"#, true),
+            (r#"["HS256"]"#, false),
+        ] {
+            let t = sign(format!("{}.{payload}", b64(h.as_bytes())));
+            assert_eq!(k.verify(TokenKind::Access, &t, NOW).is_ok(), ok, "{h}");
+        }
+        // A payload that is an array is refused even if serde could read
+        // the claims from it by position.
+        let arr = b64(br#"["u","sess-1",null,null,true,"access"]"#);
+        let t = sign(format!("{header}.{arr}"));
+        assert_eq!(
+            k.verify(TokenKind::Access, &t, NOW),
+            Err(TokenError::Malformed)
+        );
     }
 
     #[test]
