@@ -73,7 +73,8 @@
 //!   Imports only [`crypto`].
 //! - [`crypto`] — primitives without a 2FA rule: [`signature`], [`tokens`],
 //!   [`crypto::codes`], [`crypto::totp`], [`crypto::password`],
-//!   [`crypto::qr`].
+//!   [`crypto::qr`], and (feature `webauthn`, on by default, off in the
+//!   edge filter) `crypto::webauthn` with `crypto::cose`.
 //!
 //! `scripts/check-layers.py` (in `scripts/test.sh`) keeps imports running
 //! one way; `docs/architecture.md` has the same table.
