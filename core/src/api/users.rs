@@ -169,6 +169,7 @@ pub fn register(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
             codes: vec![],
             api_keys: vec![],
             webhooks: vec![],
+            webauthn: vec![],
         };
         records::save(ctx.env.store, &format!("user:{}", user.id), &user)?;
         ctx.env
