@@ -605,6 +605,21 @@ add("/2fa/verify-webauthn", "post", op(
     description="Checks challenge (single use), origin, RP ID hash, UP, the signature and the signature "
                 "counter; a counter that does not increase is refused and audited as "
                 "`webauthn_counter_regression`. Failures count like wrong codes."))
+add("/auth/passkey/options", "post", op(
+    "passkeyOptions", "Passkey request options for passwordless sign-in", "auth", PUBLIC,
+    {200: ok(REQUEST_OPTIONS, "PublicKeyCredentialRequestOptions in JSON form, without allowCredentials "
+             "(discoverable credentials) and with userVerification required; the challenge is usable once, "
+             "for 5 minutes")},
+    {}))
+add("/auth/passkey/verify", "post", op(
+    "passkeyVerify", "Passwordless sign-in with a passkey", "auth", PUBLIC,
+    {200: ok(obj({"accessToken": JWT, "refreshToken": JWT, "user": ref("User")}),
+             "Signed in; the session counts as multi-factor", COOKIE, links=VERIFIED_LINKS)},
+    {400: ["PasskeyChallenge"]},
+    body=obj({"credential": {"type": "object", "description": "the assertion's toJSON() form, "
+                                                               "with its userHandle"}},
+             required=["credential"], extra=True),
+    description="The userHandle names the user; user verification (UV) is required."))
 BACKUP_BODY = {
     "type": "object",
     "properties": {"tempToken": s(minLength=1), "backupCode": nullable(BACKUP_CODE),

@@ -713,3 +713,82 @@ fn login_second_step_refusals_and_counter_regression() {
         h.call(post("/2fa/webauthn/options", json!({ "tempToken": temp })).peer("203.0.113.31"));
     assert_error(&resp, 400, "No 2FA method available");
 }
+
+#[test]
+fn passwordless_sign_in_with_a_discoverable_credential() {
+    let mut h = Harness::new();
+    let u = register(&mut h, "olga");
+    let a = Authenticator::eddsa(40);
+    enrol(&mut h, &u, &a);
+    let options = |h: &mut Harness| {
+        let resp = h.call(post("/auth/passkey/options", json!({})).peer(&fresh_ip()));
+        assert_eq!(resp.status, 200);
+        let o = data(&resp);
+        assert_eq!(o["allowCredentials"], json!([]));
+        assert_eq!(o["userVerification"], "required");
+        o["challenge"].as_str().unwrap().to_string()
+    };
+    let verify = |h: &mut Harness, cred: &Value| {
+        h.call(post("/auth/passkey/verify", json!({ "credential": cred })).peer(&fresh_ip()))
+    };
+    // UP + UV: a full session.
+    let ch = options(&mut h);
+    let cred = a.assertion(&ch, ORIGIN, 0x05, 3, &u.id);
+    let resp = verify(&mut h, &cred);
+    assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
+    let d = data(&resp);
+    assert_eq!(d["user"]["id"], json!(u.id));
+    let access = d["accessToken"].as_str().unwrap();
+    let me = data(&h.call(bearer(get("/auth/me"), access)));
+    assert_eq!(me["id"], json!(u.id));
+    // The session counts as multi-factor.
+    let payload = b64url_decode(access.split('.').nth(1).unwrap()).unwrap();
+    let claims: Value = serde_json::from_slice(&payload).unwrap();
+    assert_eq!(claims["mfa"], true, "{claims}");
+    // Replayed: the challenge is spent.
+    assert_error(&verify(&mut h, &cred), 400, CHALLENGE_ERROR);
+    // UV missing.
+    let ch = options(&mut h);
+    assert_error(
+        &verify(&mut h, &a.assertion(&ch, ORIGIN, 0x01, 4, &u.id)),
+        400,
+        "Validation error: passkey: user verification (UV) is required",
+    );
+    // No userHandle, or one naming nobody, or another user.
+    let ch = options(&mut h);
+    let mut cred = a.assertion(&ch, ORIGIN, 0x05, 5, &u.id);
+    cred["response"]["userHandle"] = Value::Null;
+    let resp = verify(&mut h, &cred);
+    assert_eq!(resp.status, 400);
+    assert!(resp.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("userHandle"));
+    let ch = options(&mut h);
+    let nobody = "0b7e4f3c-1111-4a2b-8c3d-123456789abc";
+    assert_error(
+        &verify(&mut h, &a.assertion(&ch, ORIGIN, 0x05, 6, nobody)),
+        400,
+        "Validation error: passkey: credential mismatch: the credential is not registered",
+    );
+    let p = register(&mut h, "peter");
+    let ch = options(&mut h);
+    assert_error(
+        &verify(&mut h, &a.assertion(&ch, ORIGIN, 0x05, 7, &p.id)),
+        400,
+        "Validation error: passkey: credential mismatch: the credential is not one of this user's passkeys",
+    );
+    // A challenge of the login second step is not one for passwordless.
+    let (_temp, ch) = second_step(&mut h, &u, "");
+    assert_error(
+        &verify(&mut h, &a.assertion(&ch, ORIGIN, 0x05, 8, &u.id)),
+        400,
+        CHALLENGE_ERROR,
+    );
+    // Still fine with a fresh challenge and a higher counter.
+    let ch = options(&mut h);
+    assert_eq!(
+        verify(&mut h, &a.assertion(&ch, ORIGIN, 0x05, 9, &u.id)).status,
+        200
+    );
+}

@@ -59,6 +59,8 @@ pub const ROUTES: &[Route] = &[
     route("GET", "/auth/sessions", |c, _| sessions::list(c)),
     route("DELETE", "/auth/sessions/{sessionId}", sessions::delete),
     route("POST", "/auth/introspect", |c, _| sessions::introspect(c)),
+    route("POST", "/auth/passkey/options", |c, _| webauthn::passkey_options(c)),
+    route("POST", "/auth/passkey/verify", |c, _| webauthn::passkey_verify(c)),
     route("POST", "/2fa/totp/setup", |c, _| totp::setup(c)),
     route("POST", "/2fa/totp/verify-setup", |c, _| totp::verify_setup(c)),
     route("POST", "/2fa/totp/verify", |c, _| totp::verify_setup(c)),

@@ -600,3 +600,74 @@ pub fn verify_login(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     );
     Ok(Outcome::Done(web::ok(200, data)))
 }
+
+// ---------------------------------------------------------------------------
+// Passwordless sign-in with a discoverable credential
+
+/// `POST /auth/passkey/options` (no authentication; limited per IP):
+/// request options without `allowCredentials` (the authenticator offers
+/// its discoverable credentials) and with user verification required.
+pub fn passkey_options(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
+    ctx.limit(ratelimit::VERIFY, &ctx.ip.clone())?;
+    let challenge = issue_challenge(ctx, "passkey", None, true)?;
+    let options = request_options(ctx, &challenge, Vec::new(), "required");
+    Ok(Outcome::Done(web::ok(200, options)))
+}
+
+/// `POST /auth/passkey/verify` `{ credential }`: the user is the one the
+/// credential's `userHandle` names; UV is required; the answer is a full
+/// session that counts as multi-factor (as `/2fa/verify`'s).
+pub fn passkey_verify(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
+    ctx.limit(ratelimit::VERIFY, &ctx.ip.clone())?;
+    let body = web::parse_body(ctx.req)?;
+    let credential = body
+        .get("credential")
+        .filter(|v| v.is_object())
+        .ok_or_else(|| ApiError::validation("credential must be an object"))?
+        .clone();
+    let response = wa::AuthenticationResponse::from_json(&credential).map_err(|e| refused(&e))?;
+    let unknown = || {
+        refused(&WebauthnError::CredentialMismatch(
+            "the credential is not registered",
+        ))
+    };
+    let user_id = response
+        .user_handle
+        .as_deref()
+        .and_then(|h| std::str::from_utf8(h).ok())
+        .filter(|id| util::is_uuid(id))
+        .ok_or_else(|| {
+            refused(&WebauthnError::Malformed(
+                "credential.response.userHandle is required (discoverable credential)".into(),
+            ))
+        })?
+        .to_string();
+    let Some(user) = records::load::<UserRecord>(ctx.env.store, &format!("user:{user_id}"))? else {
+        // Spend the challenge all the same: one try per challenge.
+        let _ = spend_challenge(ctx, &response.client_data_json, "passkey", None);
+        return Err(unknown());
+    };
+    let (id, assertion) = check_assertion(ctx, &user, &credential, "passkey", None, true)?;
+    let now = ctx.now_ms();
+    records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
+        let c = u
+            .webauthn
+            .iter_mut()
+            .find(|c| c.id == id)
+            .ok_or_else(unknown)?;
+        if c.sign_count != 0 && assertion.sign_count != 0 && assertion.sign_count <= c.sign_count {
+            return Err(ApiError::PasskeyChallenge);
+        }
+        c.sign_count = c.sign_count.max(assertion.sign_count);
+        c.backed_up = assertion.backed_up;
+        c.last_used_ms = Some(now);
+        Ok(())
+    })?
+    .ok_or_else(unknown)?;
+    crate::api::users::finish_login(
+        ctx,
+        &user,
+        true,
+        json!({ "stage": "passkey", "method": "webauthn", "credentialId": id }),
+    )
+}

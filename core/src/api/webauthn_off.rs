@@ -34,5 +34,13 @@ pub fn login_options(_: &mut Ctx) -> Result<Outcome, ApiError> {
 pub fn verify_login(_: &mut Ctx) -> Result<Outcome, ApiError> {
     Err(ApiError::NotFound)
 }
+/// Not served in this build.
+pub fn passkey_options(_: &mut Ctx) -> Result<Outcome, ApiError> {
+    Err(ApiError::NotFound)
+}
+/// Not served in this build.
+pub fn passkey_verify(_: &mut Ctx) -> Result<Outcome, ApiError> {
+    Err(ApiError::NotFound)
+}
 /// Nothing to release: no passkey is ever stored by this build.
 pub fn release_claims(_: &mut Ctx, _: &[WebauthnCredential]) {}
