@@ -55,7 +55,8 @@ SCOPES = ["*", "user:read", "2fa:read", "2fa:write", "webhooks:read",
           "webhooks:write", "audit:read", "auth:introspect"]
 EVENTS = ["user.registered", "user.login", "user.logout", "2fa.enabled",
           "2fa.disabled", "2fa.verified", "2fa.failed", "backup_code.used",
-          "device.trusted", "device.removed", "session.revoked", "webhook.test"]
+          "device.trusted", "device.removed", "session.revoked", "webhook.test",
+          "passkey.registered", "passkey.removed", "passkey.counter_regression"]
 ACTIONS = ["register", "login_success", "login_failed", "logout",
            "token_refreshed", "sessions_revoked", "2fa_setup_started",
            "2fa_enabled", "2fa_disabled", "2fa_verified", "2fa_failed",

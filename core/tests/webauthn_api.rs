@@ -792,3 +792,59 @@ fn passwordless_sign_in_with_a_discoverable_credential() {
         200
     );
 }
+
+#[test]
+fn webhook_events_for_passkeys() {
+    let mut h = Harness::new();
+    let u = register(&mut h, "quinn");
+    let resp = h.call(bearer(
+        post(
+            "/webhooks",
+            json!({ "url": "https://hooks.example.com/tfa",
+                    "events": ["passkey.registered", "passkey.removed", "passkey.counter_regression", "2fa.enabled"] }),
+        ),
+        &u.access,
+    ));
+    assert_eq!(resp.status, 201);
+    let events = |h: &Harness| -> Vec<String> {
+        h.webhook_calls
+            .iter()
+            .filter_map(|c| {
+                c.call
+                    .headers
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case("x-webhook-event"))
+                    .map(|(_, v)| v.clone())
+            })
+            .collect()
+    };
+    let a = Authenticator::es256(50);
+    let d = enrol(&mut h, &u, &a);
+    assert_eq!(events(&h), ["passkey.registered", "2fa.enabled"]);
+    // A counter regression is announced too.
+    let (temp, ch) = second_step(&mut h, &u, "");
+    assert_eq!(
+        verify_webauthn(&mut h, &temp, &a.assertion(&ch, ORIGIN, 1, 5, &u.id), "").status,
+        200
+    );
+    let (temp, ch) = second_step(&mut h, &u, "");
+    assert_eq!(
+        verify_webauthn(&mut h, &temp, &a.assertion(&ch, ORIGIN, 1, 5, &u.id), "").status,
+        400
+    );
+    let id = d["credential"]["id"].as_str().unwrap();
+    let resp = h.call(bearer(
+        delete(&format!("/2fa/webauthn/credentials/{id}")),
+        &u.access,
+    ));
+    assert_eq!(resp.status, 200);
+    assert_eq!(
+        events(&h),
+        [
+            "passkey.registered",
+            "2fa.enabled",
+            "passkey.counter_regression",
+            "passkey.removed"
+        ]
+    );
+}

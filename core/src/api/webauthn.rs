@@ -668,6 +668,6 @@ pub fn passkey_verify(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         ctx,
         &user,
         true,
-        json!({ "stage": "passkey", "method": "webauthn", "credentialId": id }),
+        json!({ "method": "webauthn", "passwordless": true, "credentialId": id }),
     )
 }
