@@ -848,3 +848,17 @@ fn webhook_events_for_passkeys() {
         ]
     );
 }
+
+#[test]
+fn passkey_ceremonies_without_a_session_are_limited_per_address() {
+    let mut h = Harness::new();
+    for i in 0..20 {
+        let resp = h.call(post("/auth/passkey/options", json!({})).peer("192.0.2.99"));
+        assert_eq!(resp.status, 200, "request {i}");
+    }
+    let resp = h.call(post("/auth/passkey/verify", json!({ "credential": {} })).peer("192.0.2.99"));
+    assert_error(&resp, 429, "Too many requests. Please try again later.");
+    // Another address is not affected.
+    let resp = h.call(post("/auth/passkey/options", json!({})).peer("192.0.2.100"));
+    assert_eq!(resp.status, 200);
+}

@@ -468,7 +468,7 @@ fn request_options(ctx: &Ctx, challenge: &str, allow: Vec<Value>, uv: &str) -> V
 
 /// `POST /2fa/webauthn/options` `{ tempToken }`.
 pub fn login_options(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
-    ctx.limit(ratelimit::VERIFY, &ctx.ip.clone())?;
+    ctx.limit(ratelimit::PASSKEY, &ctx.ip.clone())?;
     let body = web::parse_body(ctx.req)?;
     let token = web::req_str(&body, "tempToken")?;
     let claims = crate::api::mfa::temp_claims(ctx, &token)?;
@@ -545,7 +545,7 @@ pub fn check_assertion(
 /// deviceName? }`: the same answer as `/2fa/verify`.
 pub fn verify_login(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     use crate::api::mfa;
-    ctx.limit(ratelimit::VERIFY, &ctx.ip.clone())?;
+    ctx.limit(ratelimit::PASSKEY, &ctx.ip.clone())?;
     let body = web::parse_body(ctx.req)?;
     let token = web::req_str(&body, "tempToken")?;
     let credential = body
@@ -608,7 +608,7 @@ pub fn verify_login(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
 /// request options without `allowCredentials` (the authenticator offers
 /// its discoverable credentials) and with user verification required.
 pub fn passkey_options(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
-    ctx.limit(ratelimit::VERIFY, &ctx.ip.clone())?;
+    ctx.limit(ratelimit::PASSKEY, &ctx.ip.clone())?;
     let challenge = issue_challenge(ctx, "passkey", None, true)?;
     let options = request_options(ctx, &challenge, Vec::new(), "required");
     Ok(Outcome::Done(web::ok(200, options)))
@@ -618,7 +618,7 @@ pub fn passkey_options(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
 /// credential's `userHandle` names; UV is required; the answer is a full
 /// session that counts as multi-factor (as `/2fa/verify`'s).
 pub fn passkey_verify(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
-    ctx.limit(ratelimit::VERIFY, &ctx.ip.clone())?;
+    ctx.limit(ratelimit::PASSKEY, &ctx.ip.clone())?;
     let body = web::parse_body(ctx.req)?;
     let credential = body
         .get("credential")

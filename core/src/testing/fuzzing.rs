@@ -223,7 +223,7 @@ fn prepared() -> &'static Prepared {
 }
 
 /// Paths of real routes; `{id}` is replaced by an id the input chooses.
-const ROUTES: [&str; 44] = [
+const ROUTES: [&str; 53] = [
     "/health",
     "/health/live",
     "/health/ready",
@@ -253,6 +253,15 @@ const ROUTES: [&str; 44] = [
     "/2fa/backup-codes/count",
     "/2fa/methods",
     "/2fa/methods/{id}",
+    "/2fa/webauthn/register/options",
+    "/2fa/webauthn/register/verify",
+    "/2fa/webauthn/credentials",
+    "/2fa/webauthn/credentials/{id}",
+    "/2fa/webauthn/options",
+    "/2fa/verify-webauthn",
+    "/auth/passkey/options",
+    "/auth/passkey/verify",
+    "/2fa/webauthn",
     "/2fa/devices",
     "/2fa/devices/{id}",
     "/api-keys",
