@@ -484,6 +484,8 @@ add("/auth/introspect", "post", op(
     {200: ok({"oneOf": [
         obj({"active": {"const": False}}),
         obj({"active": {"const": True}, "sub": UUID, "sid": UUID, "mfa": BOOL,
+             "amr": {"type": "array", "items": s(enum=["pwd", "otp", "sms", "mail", "hwk", "swk", "mfa"]),
+                     "description": "how the user signed in (RFC 8176); empty for sessions older than this claim"},
              "exp": INT, "iat": INT, "tokenType": {"const": "access"}}),
     ]}, "`active` is false for any token that is invalid, expired, of another kind, or whose session ended")},
     scope("auth:introspect"), body=obj({"token": s(minLength=1)}, extra=True),

@@ -862,3 +862,69 @@ fn passkey_ceremonies_without_a_session_are_limited_per_address() {
     let resp = h.call(post("/auth/passkey/options", json!({})).peer("192.0.2.100"));
     assert_eq!(resp.status, 200);
 }
+
+/// The `amr` claim of an access token.
+fn amr_of(access: &str) -> Value {
+    let payload = b64url_decode(access.split('.').nth(1).unwrap()).unwrap();
+    serde_json::from_slice::<Value>(&payload).unwrap()["amr"].clone()
+}
+
+#[test]
+fn access_tokens_and_introspection_say_how_the_user_signed_in() {
+    let mut h = Harness::new();
+    let u = register(&mut h, "rita");
+    assert_eq!(amr_of(&u.access), json!(["pwd"]));
+    // A device-bound passkey (BE not set) as second step: pwd + hwk.
+    let a = Authenticator::es256(60);
+    enrol(&mut h, &u, &a);
+    let (temp, ch) = second_step(&mut h, &u, "");
+    let resp = verify_webauthn(&mut h, &temp, &a.assertion(&ch, ORIGIN, 1, 1, &u.id), "");
+    let access = data(&resp)["accessToken"].as_str().unwrap().to_string();
+    assert_eq!(amr_of(&access), json!(["pwd", "hwk", "mfa"]));
+    // Refresh keeps it.
+    let refresh = data(&resp)["refreshToken"].as_str().unwrap().to_string();
+    let resp = h.call(post("/auth/refresh", json!({ "refreshToken": refresh })));
+    let refreshed = data(&resp)["accessToken"].as_str().unwrap().to_string();
+    assert_eq!(amr_of(&refreshed), json!(["pwd", "hwk", "mfa"]));
+    // TOTP as second step: pwd + otp.
+    let t = register(&mut h, "sam");
+    let (secret, _) = enable_totp(&mut h, &t);
+    let temp = temp_token(&mut h, &t, "192.0.2.150");
+    h.advance_secs(30);
+    let resp = h.call(post(
+        "/2fa/verify",
+        json!({ "tempToken": temp, "code": totp_code(&secret, h.now_ms / 1000) }),
+    ));
+    let totp_access = data(&resp)["accessToken"].as_str().unwrap().to_string();
+    assert_eq!(amr_of(&totp_access), json!(["pwd", "otp", "mfa"]));
+    // A synced passkey (BE set) without a password: swk.
+    let v = register(&mut h, "uma");
+    let b = Authenticator::eddsa(61);
+    let o = options(&mut h, &v);
+    let resp = verify(
+        &mut h,
+        &v,
+        &b.register(o["challenge"].as_str().unwrap(), ORIGIN, 0x0d),
+        None,
+    );
+    assert_eq!(resp.status, 201);
+    let resp = h.call(post("/auth/passkey/options", json!({})).peer(&fresh_ip()));
+    let ch = data(&resp)["challenge"].as_str().unwrap().to_string();
+    let resp = h.call(
+        post(
+            "/auth/passkey/verify",
+            json!({ "credential": b.assertion(&ch, ORIGIN, 0x0d, 1, &v.id) }),
+        )
+        .peer(&fresh_ip()),
+    );
+    let pk_access = data(&resp)["accessToken"].as_str().unwrap().to_string();
+    assert_eq!(amr_of(&pk_access), json!(["swk", "mfa"]));
+    // Introspection returns it.
+    let resp = h.call(bearer(
+        post("/auth/introspect", json!({ "token": pk_access })),
+        &v.access,
+    ));
+    let d = data(&resp);
+    assert_eq!(d["active"], true);
+    assert_eq!(d["amr"], json!(["swk", "mfa"]));
+}

@@ -144,6 +144,8 @@ pub(crate) enum Spend {
     /// counter and backup state to record.
     #[cfg_attr(not(feature = "webauthn"), allow(dead_code))]
     Passkey {
+        /// `hwk` or `swk` for `amr`.
+        key: &'static str,
         id: String,
         sign_count: u32,
         backed_up: bool,
@@ -174,7 +176,13 @@ pub(crate) fn exchange(
     if ctx.env.store.increment(&used_key, 1)? != 1 {
         return Err(ApiError::InvalidTempToken);
     }
-    let session = sessions::prepare(ctx, &claims.sub, true)?;
+    let second = match &spend {
+        Spend::Backup(_) | Spend::TotpStep(_) => "otp",
+        Spend::Code(c) if c.method == "sms" => "sms",
+        Spend::Code(_) => "mail",
+        Spend::Passkey { key, .. } => key,
+    };
+    let session = sessions::prepare_amr(ctx, &claims.sub, true, &["pwd", second, "mfa"])?;
     let now = ctx.now_ms();
     let linked = records::update(
         ctx.env,
@@ -197,6 +205,7 @@ pub(crate) fn exchange(
                     id,
                     sign_count,
                     backed_up,
+                    ..
                 } => {
                     let c = u
                         .webauthn

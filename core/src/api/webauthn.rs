@@ -573,6 +573,11 @@ pub fn verify_login(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         ctx,
         &claims,
         mfa::Spend::Passkey {
+            key: if assertion_be(&user, &id) {
+                "swk"
+            } else {
+                "hwk"
+            },
             id: id.clone(),
             sign_count: assertion.sign_count,
             backed_up: assertion.backed_up,
@@ -664,10 +669,27 @@ pub fn passkey_verify(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         Ok(())
     })?
     .ok_or_else(unknown)?;
+    let key = if assertion_be(&user, &id) {
+        "swk"
+    } else {
+        "hwk"
+    };
+    // UV was required: possession plus the authenticator's PIN or
+    // biometric, so the session counts as multi-factor.
+    let amr: &[&str] = &[key, "mfa"];
     crate::api::users::finish_login(
         ctx,
         &user,
         true,
+        amr,
         json!({ "method": "webauthn", "passwordless": true, "credentialId": id }),
     )
+}
+
+/// Whether the credential `id` of `user` is backup eligible (a synced
+/// passkey: `swk` in `amr`; otherwise a device-bound key: `hwk`).
+fn assertion_be(user: &UserRecord, id: &str) -> bool {
+    user.webauthn
+        .iter()
+        .any(|c| c.id == id && c.backup_eligible)
 }

@@ -734,6 +734,7 @@ pub fn issued_tokens() -> [String; 4] {
                 jti: Some("jti-1".into()),
                 did: Some("dev-1".into()),
                 mfa: Some(true),
+                amr: None,
             },
             NOW,
         )
