@@ -9,7 +9,7 @@
 #                               30 min) s under AddressSanitizer, 2 jobs.
 #   FUZZ_TARGETS="jwt_parse filter_config" scripts/fuzz.sh   only those targets.
 #
-# Targets: api_sequence, jwt_parse, signature_header, normalise (core/fuzz)
+# Targets: api_sequence, jwt_parse, signature_header, normalise, webauthn_parse (core/fuzz)
 # and filter_config (edge-filter/fuzz). For a target in <crate>/fuzz, seeds
 # come from <crate>/fuzz/seeds/<target>/; the growing corpus stays in
 # <crate>/fuzz/corpus/<target>/ (not committed). An input that breaks an
@@ -32,7 +32,7 @@ if [ "$mode" = short ]; then
 else
   secs="${FUZZ_SECONDS:-1800}"; sanitizer=address; parallel=(-jobs=2 -workers=2)
 fi
-targets=(${FUZZ_TARGETS:-api_sequence jwt_parse signature_header normalise filter_config})
+targets=(${FUZZ_TARGETS:-api_sequence jwt_parse signature_header normalise webauthn_parse filter_config})
 crate_of() { if [ "$1" = filter_config ]; then echo edge-filter; else echo core; fi; }
 
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal

@@ -47,21 +47,24 @@ def nullable(schema):
 INT = {"type": "integer", "minimum": 0}
 BOOL = {"type": "boolean"}
 UUID = s(format="uuid")
+B64URL = s(pattern="^[A-Za-z0-9_-]+$", description="base64url without padding")
 TIME = s(format="date-time")
 JWT = s(pattern=r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")
-METHOD_TYPES = ["totp", "sms", "email"]
+METHOD_TYPES = ["totp", "sms", "email", "webauthn"]
 SCOPES = ["*", "user:read", "2fa:read", "2fa:write", "webhooks:read",
           "webhooks:write", "audit:read", "auth:introspect"]
 EVENTS = ["user.registered", "user.login", "user.logout", "2fa.enabled",
           "2fa.disabled", "2fa.verified", "2fa.failed", "backup_code.used",
-          "device.trusted", "device.removed", "session.revoked", "webhook.test"]
+          "device.trusted", "device.removed", "session.revoked", "webhook.test",
+          "passkey.registered", "passkey.removed", "passkey.counter_regression"]
 ACTIONS = ["register", "login_success", "login_failed", "logout",
            "token_refreshed", "sessions_revoked", "2fa_setup_started",
            "2fa_enabled", "2fa_disabled", "2fa_verified", "2fa_failed",
            "code_sent", "backup_code_used", "backup_codes_regenerated",
            "trusted_device_added", "trusted_device_removed",
            "api_key_created", "api_key_revoked", "webhook_created",
-           "webhook_deleted", "rate_limited"]
+           "webhook_deleted", "rate_limited", "webauthn_registered",
+           "webauthn_removed", "webauthn_counter_regression"]
 # A 6-digit code as the service reads it: surrounding white space and spaces
 # between the digits are ignored.
 OTP_CODE = s(pattern=r"^\s*[0-9](?: *[0-9]){5}\s*$",
@@ -94,6 +97,8 @@ M = {
     "SmsNotConfigured": "SMS service not configured",
     "EmailNotConfigured": "Email service not configured",
     "DeliveryFailed": "Failed to send verification code",
+    "PasskeyChallenge": "Invalid or expired passkey challenge",
+    "PasskeyRegistered": "Passkey already registered",
 }
 STATUS_TEXT = {
     400: "Validation error or malformed request",
@@ -192,7 +197,15 @@ SCHEMAS = {
         "verifiedAt": TIME, "createdAt": TIME,
         "phoneNumber": s(description="sms only, masked: +155****4567"),
         "email": s(description="email only, masked: ali***@example.com"),
+        "credentialCount": INT | {"description": "webauthn only: the user's passkeys"},
     }, required=["id", "type", "enabled", "verifiedAt", "createdAt"]),
+    "Passkey": obj({
+        "id": UUID, "credentialId": B64URL, "name": s(minLength=1, maxLength=64),
+        "algorithm": s(enum=["ES256", "EdDSA", "RS256"]),
+        "transports": {"type": "array", "items": s()},
+        "backupEligible": BOOL, "backedUp": BOOL, "createdAt": TIME,
+        "lastUsedAt": nullable(TIME),
+    }),
     "Device": obj({
         "id": UUID, "deviceName": nullable(s(maxLength=100)), "ipAddress": s(),
         "userAgent": s(), "createdAt": TIME, "lastUsedAt": TIME,
@@ -471,6 +484,8 @@ add("/auth/introspect", "post", op(
     {200: ok({"oneOf": [
         obj({"active": {"const": False}}),
         obj({"active": {"const": True}, "sub": UUID, "sid": UUID, "mfa": BOOL,
+             "amr": {"type": "array", "items": s(enum=["pwd", "otp", "sms", "mail", "hwk", "swk", "mfa"]),
+                     "description": "how the user signed in (RFC 8176); empty for sessions older than this claim"},
              "exp": INT, "iat": INT, "tokenType": {"const": "access"}}),
     ]}, "`active` is false for any token that is invalid, expired, of another kind, or whose session ended")},
     scope("auth:introspect"), body=obj({"token": s(minLength=1)}, extra=True),
@@ -565,6 +580,49 @@ add("/2fa/verify", "post", op(
              required=["tempToken", "code"], extra=True),
     description="A temp token dies after 5 wrong codes and once exchanged; an account gets at most 20 "
                 "consecutive failed second factors before verification is refused (429) for 15 minutes."))
+REQUEST_OPTIONS = obj({
+    "challenge": B64URL, "timeout": INT, "rpId": s(),
+    "allowCredentials": {"type": "array", "items": obj(
+        {"type": {"const": "public-key"}, "id": B64URL, "transports": {"type": "array", "items": s()}},
+        required=["type", "id"])},
+    "userVerification": s(enum=["preferred", "required"]),
+})
+add("/2fa/webauthn/options", "post", op(
+    "webauthnLoginOptions", "Passkey request options for the second step of a login", "login-2fa", PUBLIC,
+    {200: ok(REQUEST_OPTIONS, "PublicKeyCredentialRequestOptions in JSON form (for "
+             "PublicKeyCredential.parseRequestOptionsFromJSON); the challenge is usable once, for 5 minutes")},
+    {400: ["InvalidTempToken", "NoMethod"]},
+    body=obj({"tempToken": s(minLength=1)}, extra=True)))
+add("/2fa/verify-webauthn", "post", op(
+    "verifyWebauthn", "Complete a 2FA login with a passkey", "login-2fa", PUBLIC,
+    {200: ok(obj({"accessToken": JWT, "refreshToken": JWT, "user": ref("User"),
+                  "deviceToken": s(description="only with trustDevice: presented at login to skip 2FA "
+                                               "for 30 days")},
+                 required=["accessToken", "refreshToken", "user"]), "Signed in", COOKIE, links=VERIFIED_LINKS)},
+    {400: ["InvalidTempToken", "InvalidCode", "NoMethod", "PasskeyChallenge"]},
+    body=obj({"tempToken": s(minLength=1),
+              "credential": {"type": "object", "description": "the assertion's toJSON() form"},
+              "trustDevice": nullable(BOOL),
+              "deviceName": nullable(s(description="trimmed, at most 100 characters kept; no control characters"))},
+             required=["tempToken", "credential"], extra=True),
+    description="Checks challenge (single use), origin, RP ID hash, UP, the signature and the signature "
+                "counter; a counter that does not increase is refused and audited as "
+                "`webauthn_counter_regression`. Failures count like wrong codes."))
+add("/auth/passkey/options", "post", op(
+    "passkeyOptions", "Passkey request options for passwordless sign-in", "auth", PUBLIC,
+    {200: ok(REQUEST_OPTIONS, "PublicKeyCredentialRequestOptions in JSON form, without allowCredentials "
+             "(discoverable credentials) and with userVerification required; the challenge is usable once, "
+             "for 5 minutes")},
+    {}))
+add("/auth/passkey/verify", "post", op(
+    "passkeyVerify", "Passwordless sign-in with a passkey", "auth", PUBLIC,
+    {200: ok(obj({"accessToken": JWT, "refreshToken": JWT, "user": ref("User")}),
+             "Signed in; the session counts as multi-factor", COOKIE, links=VERIFIED_LINKS)},
+    {400: ["PasskeyChallenge"]},
+    body=obj({"credential": {"type": "object", "description": "the assertion's toJSON() form, "
+                                                               "with its userHandle"}},
+             required=["credential"], extra=True),
+    description="The userHandle names the user; user verification (UV) is required."))
 BACKUP_BODY = {
     "type": "object",
     "properties": {"tempToken": s(minLength=1), "backupCode": nullable(BACKUP_CODE),
@@ -590,6 +648,54 @@ add("/2fa/backup-codes/generate", "post", op(
 add("/2fa/backup-codes/count", "get", op(
     "backupCodesCount", "Backup codes left", "backup-codes", scoped("2fa:read"),
     {200: ok(obj({"remaining": INT, "total": INT}))}, scope("2fa:read")))
+# --- Passkeys (WebAuthn)
+PASSKEY_NAME = s(minLength=1, maxLength=64, description="trimmed; no control characters")
+add("/2fa/webauthn/register/options", "post", op(
+    "webauthnRegisterOptions", "Start passkey enrolment", "webauthn", scoped("2fa:write"),
+    {200: ok(obj({
+        "rp": obj({"id": s(), "name": s()}),
+        "user": obj({"id": B64URL, "name": s(), "displayName": s()}),
+        "challenge": B64URL,
+        "pubKeyCredParams": {"type": "array", "items": obj({"type": {"const": "public-key"},
+                                                            "alg": {"type": "integer", "enum": [-7, -8, -257]}})},
+        "timeout": INT,
+        "excludeCredentials": {"type": "array", "items": obj(
+            {"type": {"const": "public-key"}, "id": B64URL, "transports": {"type": "array", "items": s()}},
+            required=["type", "id"])},
+        "authenticatorSelection": obj({"residentKey": {"const": "preferred"},
+                                       "requireResidentKey": {"const": False},
+                                       "userVerification": {"const": "preferred"}}),
+        "attestation": {"const": "none"},
+        "extensions": obj({"credProps": {"const": True}}),
+    }), "PublicKeyCredentialCreationOptions in JSON form (for PublicKeyCredential.parseCreationOptionsFromJSON); "
+        "the challenge is usable once, for 5 minutes")},
+    scope("2fa:write")))
+add("/2fa/webauthn/register/verify", "post", op(
+    "webauthnRegisterVerify", "Finish passkey enrolment", "webauthn", scoped("2fa:write"),
+    {201: ok(obj({
+        "credential": ref("Passkey"),
+        "backupCodes": {"type": "array", "items": s(pattern="^[A-Z0-9]{10}$"), "minItems": 10, "maxItems": 10,
+                        "description": "only when this is the user's first method"},
+    }, required=["credential"]), "Stored; 2FA is on")},
+    {400: ["PasskeyChallenge"], 409: ["PasskeyRegistered"], **scope("2fa:write")},
+    body=obj({"credential": {"type": "object", "description": "the credential's toJSON() form"},
+              "name": nullable(PASSKEY_NAME)}, required=["credential"], extra=True)))
+add("/2fa/webauthn/credentials", "get", op(
+    "webauthnCredentials", "The user's passkeys", "webauthn", scoped("2fa:read"),
+    {200: ok(obj({"credentials": {"type": "array", "items": ref("Passkey")}}))},
+    scope("2fa:read")))
+add("/2fa/webauthn/credentials/{credentialId}", "patch", op(
+    "webauthnRename", "Rename a passkey", "webauthn", scoped("2fa:write"),
+    {200: ok(obj({"credential": ref("Passkey")}))},
+    {404: ["NotFound"], **scope("2fa:write")},
+    body=obj({"name": PASSKEY_NAME}, extra=True),
+    params=[path_param("credentialId", "the passkey's id (UUID) in this service")]))
+add("/2fa/webauthn/credentials/{credentialId}", "delete", op(
+    "webauthnDelete", "Remove a passkey", "webauthn", scoped("2fa:write"),
+    {200: ok(obj({"message": {"const": "Passkey removed"}, "twoFactorEnabled": BOOL}),
+             "Removed; when it was the last method 2FA is off and backup codes are void")},
+    {404: ["NotFound"], **scope("2fa:write")},
+    params=[path_param("credentialId", "the passkey's id (UUID) in this service")]))
 add("/2fa/methods", "get", op(
     "listMethods", "The user's second-factor methods", "methods", scoped("2fa:read"),
     {200: ok(obj({"methods": {"type": "array", "items": ref("Method")}}), links={
@@ -737,7 +843,7 @@ DOC = {
     },
     "servers": [{"url": "/api", "description": "this service (API_BASE_PATH)"}],
     "tags": [{"name": t} for t in ["meta", "health", "auth", "totp", "sms", "email", "login-2fa",
-                                   "backup-codes", "methods", "devices", "api-keys", "audit", "webhooks"]],
+                                   "webauthn", "backup-codes", "methods", "devices", "api-keys", "audit", "webhooks"]],
     "paths": P,
     "components": {
         "schemas": SCHEMAS,

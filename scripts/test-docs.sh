@@ -163,8 +163,12 @@ expect_refusal prod-short "TEMP_TOKEN_SECRET must be at least 32 characters" \
 expect_refusal prod-repeated "DEVICE_TOKEN_SECRET must differ from JWT_ACCESS_SECRET" \
   NODE_ENV=Production JWT_ACCESS_SECRET="$s1" JWT_REFRESH_SECRET="$s2" \
   TEMP_TOKEN_SECRET="$s3" DEVICE_TOKEN_SECRET="$s1"
+expect_refusal prod-no-rp-id "WEBAUTHN_RP_ID is required in production" \
+  NODE_ENV=production JWT_ACCESS_SECRET="$s1" JWT_REFRESH_SECRET="$s2" \
+  TEMP_TOKEN_SECRET="$s3" DEVICE_TOKEN_SECRET="$s4" WEBAUTHN_ORIGINS=http://localhost:3001
 start_host prod-valid NODE_ENV=production JWT_ACCESS_SECRET="$s1" \
-  JWT_REFRESH_SECRET="$s2" TEMP_TOKEN_SECRET="$s3" DEVICE_TOKEN_SECRET="$s4"
+  JWT_REFRESH_SECRET="$s2" TEMP_TOKEN_SECRET="$s3" DEVICE_TOKEN_SECRET="$s4" \
+  WEBAUTHN_RP_ID=localhost WEBAUTHN_ORIGINS=http://localhost:3001
 health="$(curl -s --max-time 10 "http://127.0.0.1:$port/api/health")"
 [ "$(jq -r .status <<<"$health")" = healthy ] || fail "prod-valid: /health answered $health"
 hsts="$(curl -s -D - -o /dev/null --max-time 10 "http://127.0.0.1:$port/api/health" | grep -i '^strict-transport-security:' || true)"

@@ -46,6 +46,7 @@
 //! | `POST /2fa/sms/setup`, `/2fa/sms/verify-setup`, `/2fa/email/setup`, `/2fa/email/verify-setup`, `/2fa/send-code`, `/2fa/resend` | [`api::otp`] |
 //! | `POST /2fa/verify`, `/2fa/verify-backup-code` (= `/2fa/verify-backup`) | [`api::mfa`] |
 //! | `POST /2fa/backup-codes/generate`, `GET /2fa/backup-codes/count` | [`api::backup`] |
+//! | `POST /2fa/webauthn/register/options`, `/2fa/webauthn/register/verify`; `GET /2fa/webauthn/credentials`, `PATCH`/`DELETE /2fa/webauthn/credentials/{id}`; `POST /2fa/webauthn/options`, `/2fa/verify-webauthn`; `POST /auth/passkey/options`, `/auth/passkey/verify` | [`api::webauthn`] |
 //! | `GET /2fa/methods`, `DELETE /2fa/methods/{id}` | [`api::methods`] |
 //! | `GET /2fa/devices`, `DELETE /2fa/devices`, `DELETE /2fa/devices/{id}` | [`api::devices`] |
 //! | `POST /auth/introspect` | [`api::sessions`] |
@@ -73,7 +74,8 @@
 //!   Imports only [`crypto`].
 //! - [`crypto`] — primitives without a 2FA rule: [`signature`], [`tokens`],
 //!   [`crypto::codes`], [`crypto::totp`], [`crypto::password`],
-//!   [`crypto::qr`].
+//!   [`crypto::qr`], and (feature `webauthn`, on by default, off in the
+//!   edge filter) `crypto::webauthn` with `crypto::cose`.
 //!
 //! `scripts/check-layers.py` (in `scripts/test.sh`) keeps imports running
 //! one way; `docs/architecture.md` has the same table.

@@ -331,6 +331,8 @@ pub fn test_config(extra: &[(&str, &str)]) -> Config {
         ),
         ("ARGON2_MEMORY_KIB", "64"),
         ("ARGON2_ITERATIONS", "1"),
+        ("WEBAUTHN_RP_ID", "localhost"),
+        ("WEBAUTHN_ORIGINS", "http://localhost:3001"),
         ("TWILIO_ACCOUNT_SID", "AC0123456789abcdef0123456789abcdef"),
         ("TWILIO_AUTH_TOKEN", "twilio-token"),
         ("TWILIO_PHONE_NUMBER", "+15550000000"),

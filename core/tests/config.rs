@@ -19,6 +19,8 @@ fn prod(overrides: &[(&'static str, &'static str)]) -> Result<Config, String> {
         ("JWT_REFRESH_SECRET", B),
         ("TEMP_TOKEN_SECRET", C),
         ("DEVICE_TOKEN_SECRET", D),
+        ("WEBAUTHN_RP_ID", "example.com"),
+        ("WEBAUTHN_ORIGINS", "https://example.com"),
     ];
     pairs.extend_from_slice(overrides);
     parse(&pairs)
@@ -144,4 +146,70 @@ fn email_extra_ca_pem() {
             .contains("EMAIL_TLS_CA_PEM")
     );
     assert!(SETTING_NAMES.contains(&"EMAIL_TLS_CA_PEM"));
+}
+
+#[test]
+fn webauthn_settings() {
+    // Development defaults: the local host's origin, the TOTP issuer as name.
+    let c = parse(&[("TOTP_ISSUER", "Acme")]).unwrap();
+    assert_eq!(c.webauthn_rp_id, "localhost");
+    assert_eq!(c.webauthn_origins, ["http://localhost:3001"]);
+    assert_eq!(c.webauthn_rp_name, "Acme");
+    for name in ["WEBAUTHN_RP_ID", "WEBAUTHN_RP_NAME", "WEBAUTHN_ORIGINS"] {
+        assert!(SETTING_NAMES.contains(&name), "{name}");
+    }
+    // Production needs both the RP ID and the origins, like the secrets.
+    assert_eq!(
+        prod(&[("WEBAUTHN_RP_ID", "")]).unwrap_err(),
+        "WEBAUTHN_RP_ID is required in production"
+    );
+    assert_eq!(
+        prod(&[("WEBAUTHN_ORIGINS", " ")]).unwrap_err(),
+        "WEBAUTHN_ORIGINS is required in production"
+    );
+    let c = prod(&[
+        ("WEBAUTHN_RP_ID", "Example.COM"),
+        (
+            "WEBAUTHN_ORIGINS",
+            "https://example.com/, https://login.example.com:8443",
+        ),
+        ("WEBAUTHN_RP_NAME", "Example"),
+    ])
+    .unwrap();
+    assert_eq!(c.webauthn_rp_id, "example.com");
+    assert_eq!(
+        c.webauthn_origins,
+        ["https://example.com", "https://login.example.com:8443"]
+    );
+    assert_eq!(c.webauthn_rp_name, "Example");
+    // An RP ID is a bare domain; every origin is on it.
+    for bad in [
+        "https://example.com",
+        "example.com:443",
+        "exa mple.com",
+        "a..b",
+        "example.com/x",
+    ] {
+        assert!(
+            parse(&[("WEBAUTHN_RP_ID", bad)])
+                .unwrap_err()
+                .contains("WEBAUTHN_RP_ID"),
+            "{bad}"
+        );
+    }
+    for bad in [
+        "https://evil.example",
+        "https://notexample.com",
+        "ftp://example.com",
+        "example.com",
+        "https://example.com/path",
+        ",",
+    ] {
+        let err =
+            parse(&[("WEBAUTHN_RP_ID", "example.com"), ("WEBAUTHN_ORIGINS", bad)]).unwrap_err();
+        assert!(err.contains("WEBAUTHN_ORIGINS"), "{bad}: {err}");
+    }
+    // Production warns about an http origin on a public domain.
+    let c = prod(&[("WEBAUTHN_ORIGINS", "http://example.com")]).unwrap();
+    assert!(c.warnings.iter().any(|w| w.contains("not https")));
 }

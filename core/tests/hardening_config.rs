@@ -15,7 +15,11 @@ fn good() -> [String; 4] {
 }
 
 fn production(secrets: &[Option<String>; 4]) -> Result<Config, String> {
-    let mut vars = Config::map_of([("NODE_ENV", "production")]);
+    let mut vars = Config::map_of([
+        ("NODE_ENV", "production"),
+        ("WEBAUTHN_RP_ID", "example.com"),
+        ("WEBAUTHN_ORIGINS", "https://example.com"),
+    ]);
     for (name, value) in SECRET_NAMES.iter().zip(secrets) {
         if let Some(v) = value {
             vars.insert(name.to_string(), v.clone());

@@ -385,6 +385,8 @@ fn odd_ids_in_paths_are_not_found_and_change_nothing() {
         ("DELETE", "/auth/sessions/{}"),
         ("DELETE", "/2fa/devices/{}"),
         ("DELETE", "/2fa/methods/{}"),
+        ("PATCH", "/2fa/webauthn/credentials/{}"),
+        ("DELETE", "/2fa/webauthn/credentials/{}"),
         ("DELETE", "/api-keys/{}"),
         ("POST", "/api-keys/{}/rotate"),
         ("GET", "/webhooks/{}"),

@@ -171,6 +171,8 @@ fn all_errors() -> Vec<ApiError> {
     };
     let all = vec![
         ApiError::Validation("x".into()),
+        ApiError::PasskeyChallenge,
+        ApiError::PasskeyRegistered,
         ApiError::InvalidCredentials,
         ApiError::InvalidToken,
         ApiError::InvalidRefreshToken,
@@ -220,7 +222,9 @@ fn all_errors() -> Vec<ApiError> {
             | ApiError::Unavailable
             | ApiError::SmsNotConfigured
             | ApiError::EmailNotConfigured
-            | ApiError::DeliveryFailed => {}
+            | ApiError::DeliveryFailed
+            | ApiError::PasskeyChallenge
+            | ApiError::PasskeyRegistered => {}
         }
     }
     all

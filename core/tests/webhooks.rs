@@ -34,7 +34,7 @@ fn header<'a>(call: &'a WebhookCall, name: &str) -> &'a str {
 fn events_list_is_public() {
     let mut h = Harness::new();
     let d = data(&h.call(get("/webhooks/events")));
-    assert_eq!(d["events"].as_array().unwrap().len(), 12);
+    assert_eq!(d["events"].as_array().unwrap().len(), 15);
     assert!(d["events"]
         .as_array()
         .unwrap()
@@ -110,7 +110,7 @@ fn registration_rules() {
         ));
         assert_error(&resp, 400, &format!("Validation error: {detail}"));
     }
-    let events_detail = "events must be a non-empty array of: user.registered, user.login, user.logout, 2fa.enabled, 2fa.disabled, 2fa.verified, 2fa.failed, backup_code.used, device.trusted, device.removed, session.revoked, webhook.test";
+    let events_detail = "events must be a non-empty array of: user.registered, user.login, user.logout, 2fa.enabled, 2fa.disabled, 2fa.verified, 2fa.failed, backup_code.used, device.trusted, device.removed, session.revoked, webhook.test, passkey.registered, passkey.removed, passkey.counter_regression";
     for events in [
         json!([]),
         json!(["user.hacked"]),

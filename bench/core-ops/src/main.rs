@@ -147,6 +147,7 @@ fn main() {
         jti: None,
         did: None,
         mfa: Some(true),
+        amr: None,
     };
     let token = keys.issue(
         TokenKind::Access,

@@ -182,6 +182,7 @@ fn real_main() -> anyhow::Result<()> {
                 jti: None,
                 did: None,
                 mfa: Some(true),
+                amr: None,
             };
             println!(
                 "{}",

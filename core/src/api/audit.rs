@@ -36,6 +36,9 @@ pub const ACTIONS: &[&str] = &[
     "webhook_created",
     "webhook_deleted",
     "rate_limited",
+    "webauthn_registered",
+    "webauthn_removed",
+    "webauthn_counter_regression",
 ];
 
 pub use crate::contract::outbox::AuditRecord;

@@ -27,11 +27,24 @@ fn method_json(m: &MethodRecord) -> Value {
     v
 }
 
+fn method_json_of(u: &UserRecord, m: &MethodRecord) -> Value {
+    let mut v = method_json(m);
+    if m.kind == "webauthn" {
+        v["credentialCount"] = json!(u.webauthn.len());
+    }
+    v
+}
+
 /// `GET /2fa/methods`.
 pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let auth = sessions::authenticate(ctx, Access::Scope("2fa:read"))?;
     ctx.limit(ratelimit::OTHER_2FA, &auth.user.id)?;
-    let methods: Vec<Value> = auth.user.methods.iter().map(method_json).collect();
+    let methods: Vec<Value> = auth
+        .user
+        .methods
+        .iter()
+        .map(|m| method_json_of(&auth.user, m))
+        .collect();
     Ok(Outcome::Done(web::ok(200, json!({ "methods": methods }))))
 }
 
@@ -44,7 +57,7 @@ pub fn delete(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
         return Err(ApiError::NotFound);
     }
     let now = ctx.now_ms();
-    let kind = records::update(
+    let (kind, removed) = records::update(
         ctx.env,
         &format!("user:{}", auth.user.id),
         |u: &mut UserRecord| {
@@ -62,12 +75,19 @@ pub fn delete(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
             if kind == "totp" {
                 u.totp_last_step = None;
             }
+            // The webauthn method is all of the user's passkeys.
+            let removed = if kind == "webauthn" {
+                std::mem::take(&mut u.webauthn)
+            } else {
+                Vec::new()
+            };
             u.refresh_two_factor();
             u.updated_ms = now;
-            Ok(kind)
+            Ok((kind, removed))
         },
     )?
     .ok_or(ApiError::InvalidToken)?;
+    crate::api::webauthn::release_claims(ctx, &removed);
     ctx.audit(
         Some(&auth.user.id),
         "2fa_disabled",

@@ -97,7 +97,7 @@ fn check_lock(ctx: &mut Ctx, user_id: &str) -> Result<(), ApiError> {
     }
 }
 
-fn record_failure(ctx: &mut Ctx, user_id: &str, method: &str) -> Result<(), ApiError> {
+pub(crate) fn record_failure(ctx: &mut Ctx, user_id: &str, method: &str) -> Result<(), ApiError> {
     ctx.audit(
         Some(user_id),
         "2fa_failed",
@@ -120,7 +120,7 @@ fn record_failure(ctx: &mut Ctx, user_id: &str, method: &str) -> Result<(), ApiE
 
 /// Everything both verification endpoints do before checking a code:
 /// token, lock, one reserved attempt, the user.
-fn begin(ctx: &mut Ctx, token: &str) -> Result<(Claims, UserRecord), ApiError> {
+pub(crate) fn begin(ctx: &mut Ctx, token: &str) -> Result<(Claims, UserRecord), ApiError> {
     let claims = temp_claims(ctx, token)?;
     check_lock(ctx, &claims.sub)?;
     let jti = claims.jti.clone().unwrap_or_default();
@@ -133,13 +133,23 @@ fn begin(ctx: &mut Ctx, token: &str) -> Result<(Claims, UserRecord), ApiError> {
 }
 
 /// What a successful verification spends.
-enum Spend {
+pub(crate) enum Spend {
     /// The backup code with this stored hash.
     Backup(String),
     /// This TOTP time step.
     TotpStep(u64),
     /// This SMS / e-mail login code.
     Code(crate::plumbing::records::OtpCode),
+    /// A verified passkey assertion: the credential (service id) and the
+    /// counter and backup state to record.
+    #[cfg_attr(not(feature = "webauthn"), allow(dead_code))]
+    Passkey {
+        /// `hwk` or `swk` for `amr`.
+        key: &'static str,
+        id: String,
+        sign_count: u32,
+        backed_up: bool,
+    },
 }
 
 /// Exchanges the temp token (once) for a session with `mfa` set, spending
@@ -155,7 +165,7 @@ enum Spend {
 /// the temp token is used up (the user logs in again). When another request
 /// spent the code first, the temp token is given back and the attempt counts
 /// as a failure.
-fn exchange(
+pub(crate) fn exchange(
     ctx: &mut Ctx,
     claims: &Claims,
     spend: Spend,
@@ -166,7 +176,13 @@ fn exchange(
     if ctx.env.store.increment(&used_key, 1)? != 1 {
         return Err(ApiError::InvalidTempToken);
     }
-    let session = sessions::prepare(ctx, &claims.sub, true)?;
+    let second = match &spend {
+        Spend::Backup(_) | Spend::TotpStep(_) => "otp",
+        Spend::Code(c) if c.method == "sms" => "sms",
+        Spend::Code(_) => "mail",
+        Spend::Passkey { key, .. } => key,
+    };
+    let session = sessions::prepare_amr(ctx, &claims.sub, true, &["pwd", second, "mfa"])?;
     let now = ctx.now_ms();
     let linked = records::update(
         ctx.env,
@@ -183,6 +199,27 @@ fn exchange(
                 }
                 Spend::Code(code) => {
                     otp::spend_login_code(u, code, now)?;
+                    0
+                }
+                Spend::Passkey {
+                    id,
+                    sign_count,
+                    backed_up,
+                    ..
+                } => {
+                    let c = u
+                        .webauthn
+                        .iter_mut()
+                        .find(|c| c.id == *id)
+                        .ok_or(ApiError::InvalidCode)?;
+                    // Re-checked under the lock: two assertions verified at
+                    // once cannot both move the counter to one value.
+                    if c.sign_count != 0 && *sign_count != 0 && *sign_count <= c.sign_count {
+                        return Err(ApiError::InvalidCode);
+                    }
+                    c.sign_count = c.sign_count.max(*sign_count);
+                    c.backed_up = *backed_up;
+                    c.last_used_ms = Some(now);
                     0
                 }
             };
@@ -205,6 +242,7 @@ fn exchange(
                     Spend::Backup(_) => "backup",
                     Spend::TotpStep(_) => "totp",
                     Spend::Code(c) => c.method.as_str(),
+                    Spend::Passkey { .. } => "webauthn",
                 };
                 record_failure(ctx, &claims.sub, method)?;
             }

@@ -24,6 +24,12 @@ pub mod router;
 pub mod sessions;
 pub mod totp;
 pub mod users;
+#[cfg(feature = "webauthn")]
+pub mod webauthn;
+/// Without the `webauthn` feature the passkey routes answer 404.
+#[cfg(not(feature = "webauthn"))]
+#[path = "webauthn_off.rs"]
+pub mod webauthn;
 pub mod webhooks;
 
 use crate::contract::error::ApiError;

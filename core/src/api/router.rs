@@ -11,7 +11,7 @@
 
 use super::{
     apikeys, audit, backup, devices, health, methods, mfa, openapi, otp, sessions, totp, users,
-    webhooks,
+    webauthn, webhooks,
 };
 use crate::api::otp::Channel;
 use crate::contract::error::ApiError;
@@ -59,6 +59,8 @@ pub const ROUTES: &[Route] = &[
     route("GET", "/auth/sessions", |c, _| sessions::list(c)),
     route("DELETE", "/auth/sessions/{sessionId}", sessions::delete),
     route("POST", "/auth/introspect", |c, _| sessions::introspect(c)),
+    route("POST", "/auth/passkey/options", |c, _| webauthn::passkey_options(c)),
+    route("POST", "/auth/passkey/verify", |c, _| webauthn::passkey_verify(c)),
     route("POST", "/2fa/totp/setup", |c, _| totp::setup(c)),
     route("POST", "/2fa/totp/verify-setup", |c, _| totp::verify_setup(c)),
     route("POST", "/2fa/totp/verify", |c, _| totp::verify_setup(c)),
@@ -72,8 +74,15 @@ pub const ROUTES: &[Route] = &[
     route("POST", "/2fa/verify", |c, _| mfa::verify(c)),
     route("POST", "/2fa/verify-backup-code", |c, _| mfa::verify_backup(c)),
     route("POST", "/2fa/verify-backup", |c, _| mfa::verify_backup(c)),
+    route("POST", "/2fa/webauthn/options", |c, _| webauthn::login_options(c)),
+    route("POST", "/2fa/verify-webauthn", |c, _| webauthn::verify_login(c)),
     route("POST", "/2fa/backup-codes/generate", |c, _| backup::generate(c)),
     route("GET", "/2fa/backup-codes/count", |c, _| backup::count(c)),
+    route("POST", "/2fa/webauthn/register/options", |c, _| webauthn::register_options(c)),
+    route("POST", "/2fa/webauthn/register/verify", |c, _| webauthn::register_verify(c)),
+    route("GET", "/2fa/webauthn/credentials", |c, _| webauthn::list(c)),
+    route("PATCH", "/2fa/webauthn/credentials/{credentialId}", webauthn::rename),
+    route("DELETE", "/2fa/webauthn/credentials/{credentialId}", webauthn::delete),
     route("GET", "/2fa/methods", |c, _| methods::list(c)),
     route("DELETE", "/2fa/methods/{methodId}", methods::delete),
     route("GET", "/2fa/devices", |c, _| devices::list(c)),
@@ -180,7 +189,11 @@ mod tests {
     #[test]
     fn templates_are_well_formed_and_unambiguous() {
         for r in ROUTES {
-            assert!(["GET", "POST", "DELETE"].contains(&r.method), "{}", r.path);
+            assert!(
+                ["GET", "POST", "PATCH", "DELETE"].contains(&r.method),
+                "{}",
+                r.path
+            );
             assert!(
                 r.path.starts_with('/') && !r.path.ends_with('/'),
                 "{}",

@@ -29,6 +29,10 @@ pub struct SessionRecord {
     pub jti: String,
     /// A second factor was passed (or a trusted device used).
     pub mfa: bool,
+    /// How the user signed in (RFC 8176 values), carried into every access
+    /// token of the session as `amr`.
+    #[serde(default)]
+    pub amr: Vec<String>,
     pub ip_address: String,
     pub user_agent: String,
     pub created_ms: u64,
@@ -73,8 +77,23 @@ const REFRESH_MS: u64 = 7 * 24 * 3600 * 1000;
 /// Creates a session for `user` and issues its tokens; sets the refresh
 /// cookie.
 pub fn create(ctx: &mut Ctx, user_id: &str, mfa: bool) -> Result<Tokens, ApiError> {
+    let amr = if mfa {
+        &["pwd", "mfa"][..]
+    } else {
+        &["pwd"][..]
+    };
+    create_amr(ctx, user_id, mfa, amr)
+}
+
+/// [`create`] with the authentication methods of the sign-in (`amr`).
+pub fn create_amr(
+    ctx: &mut Ctx,
+    user_id: &str,
+    mfa: bool,
+    amr: &[&str],
+) -> Result<Tokens, ApiError> {
     let keys = ctx.keys()?;
-    let record = prepare(ctx, user_id, mfa)?;
+    let record = prepare_amr(ctx, user_id, mfa, amr)?;
     let now = ctx.now_ms();
     let linked = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
         link(u, &record, now);
@@ -94,6 +113,21 @@ pub fn create(ctx: &mut Ctx, user_id: &str, mfa: bool) -> Result<Tokens, ApiErro
 /// caller link the session in the same locked update that consumes a
 /// second factor, so that a code is never spent without a session.
 pub fn prepare(ctx: &mut Ctx, user_id: &str, mfa: bool) -> Result<SessionRecord, ApiError> {
+    let amr = if mfa {
+        &["pwd", "mfa"][..]
+    } else {
+        &["pwd"][..]
+    };
+    prepare_amr(ctx, user_id, mfa, amr)
+}
+
+/// [`prepare`] with the authentication methods of the sign-in.
+pub fn prepare_amr(
+    ctx: &mut Ctx,
+    user_id: &str,
+    mfa: bool,
+    amr: &[&str],
+) -> Result<SessionRecord, ApiError> {
     let now = ctx.now_ms();
     let sid = ctx.uuid();
     let jti = util::random_hex(ctx.env, 16);
@@ -103,6 +137,7 @@ pub fn prepare(ctx: &mut Ctx, user_id: &str, mfa: bool) -> Result<SessionRecord,
         user_id: user_id.to_string(),
         jti,
         mfa,
+        amr: amr.iter().map(|m| m.to_string()).collect(),
         ip_address: ctx.ip.clone(),
         user_agent: ctx.ua.clone(),
         created_ms: now,
@@ -143,6 +178,7 @@ pub fn issue(ctx: &mut Ctx, keys: &crate::plumbing::secrets::Keys, s: &SessionRe
         Extra {
             sid: Some(s.id.clone()),
             mfa: Some(s.mfa),
+            amr: (!s.amr.is_empty()).then(|| s.amr.clone()),
             ..Extra::default()
         },
         now,
@@ -463,6 +499,7 @@ pub fn introspect(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
                 "sub": claims.sub,
                 "sid": sid,
                 "mfa": claims.mfa.unwrap_or(false),
+                "amr": claims.amr.clone().unwrap_or_default(),
                 "exp": claims.exp,
                 "iat": claims.iat,
                 "tokenType": "access",

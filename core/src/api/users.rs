@@ -169,6 +169,7 @@ pub fn register(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
             codes: vec![],
             api_keys: vec![],
             webhooks: vec![],
+            webauthn: vec![],
         };
         records::save(ctx.env.store, &format!("user:{}", user.id), &user)?;
         ctx.env
@@ -248,7 +249,7 @@ pub fn login(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     if user.two_factor_enabled {
         if let Some(token) = device_token {
             if crate::api::devices::trusted(ctx, &user, &token)? {
-                return finish_login(ctx, &user, true, json!({ "trustedDevice": true }));
+                return finish_login(ctx, &user, true, &["pwd"], json!({ "trustedDevice": true }));
             }
         }
         let temp = crate::api::mfa::issue_temp(ctx, &user.id)?;
@@ -276,7 +277,7 @@ pub fn login(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
             }),
         )));
     }
-    finish_login(ctx, &user, false, json!({}))
+    finish_login(ctx, &user, false, &["pwd"], json!({}))
 }
 
 /// Issues a session at the end of a login.
@@ -284,9 +285,10 @@ pub fn finish_login(
     ctx: &mut Ctx,
     user: &UserRecord,
     mfa: bool,
+    amr: &[&str],
     details: Value,
 ) -> Result<Outcome, ApiError> {
-    let tokens = sessions::create(ctx, &user.id, mfa)?;
+    let tokens = sessions::create_amr(ctx, &user.id, mfa, amr)?;
     ctx.audit(Some(&user.id), "login_success", true, details);
     Ok(Outcome::Done(web::ok(
         200,

@@ -48,6 +48,9 @@ pub const EVENTS: &[&str] = &[
     "device.removed",
     "session.revoked",
     "webhook.test",
+    "passkey.registered",
+    "passkey.removed",
+    "passkey.counter_regression",
 ];
 /// Delays before the retries, in seconds.
 pub const BACKOFF_SECS: [u64; 5] = [30, 120, 600, 3600, 21_600];
@@ -123,6 +126,7 @@ pub fn event_of(record: &AuditRecord) -> Option<(String, &'static str, Value)> {
     let event = match (record.success, record.action.as_str()) {
         (true, action) => event_for(action, &record.details)?,
         (false, "2fa_failed") => "2fa.failed",
+        (false, "webauthn_counter_regression") => "passkey.counter_regression",
         (false, _) => return None,
     };
     let mut data = record.details.clone();
@@ -147,6 +151,8 @@ pub fn event_for(action: &str, details: &Value) -> Option<&'static str> {
         "trusted_device_added" => "device.trusted",
         "trusted_device_removed" => "device.removed",
         "sessions_revoked" => "session.revoked",
+        "webauthn_registered" => "passkey.registered",
+        "webauthn_removed" => "passkey.removed",
         _ => return None,
     })
 }

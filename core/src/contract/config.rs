@@ -43,6 +43,9 @@ pub const SETTING_NAMES: &[&str] = &[
     "ARGON2_PARALLELISM",
     "WEBHOOK_ALLOW_PRIVATE",
     "LOG_LEVEL",
+    "WEBAUTHN_RP_ID",
+    "WEBAUTHN_RP_NAME",
+    "WEBAUTHN_ORIGINS",
 ];
 
 /// The four signing secrets, by setting name.
@@ -135,6 +138,16 @@ pub struct Config {
     pub webhook_allow_private: bool,
     /// Log level name (`info` by default).
     pub log_level: String,
+    /// WebAuthn relying-party ID: the domain passkeys are scoped to
+    /// (`localhost` by default outside production).
+    pub webauthn_rp_id: String,
+    /// WebAuthn relying-party name shown by authenticators (the TOTP issuer
+    /// by default).
+    pub webauthn_rp_name: String,
+    /// Exact origins WebAuthn ceremonies may come from
+    /// (`http://localhost:3001` by default outside production); each is the
+    /// RP ID or one of its subdomains.
+    pub webauthn_origins: Vec<String>,
     /// Warnings for the host to log at start (never secrets).
     pub warnings: Vec<String>,
 }
@@ -312,6 +325,12 @@ impl Config {
             warnings.push("ARGON2_MEMORY_KIB is below the OWASP minimum of 19456".to_string());
         }
 
+        let (webauthn_rp_id, webauthn_origins) =
+            Self::webauthn_from(vars, production, &mut warnings)?;
+        let totp_issuer = get(vars, "TOTP_ISSUER")
+            .unwrap_or("TwoFactorAuth")
+            .to_string();
+
         Ok(Config {
             secrets,
             port: parse_num(vars, "PORT", 3001u16)?,
@@ -320,9 +339,12 @@ impl Config {
             production,
             twilio,
             email,
-            totp_issuer: get(vars, "TOTP_ISSUER")
-                .unwrap_or("TwoFactorAuth")
-                .to_string(),
+            webauthn_rp_name: get(vars, "WEBAUTHN_RP_NAME")
+                .map(str::to_string)
+                .unwrap_or_else(|| totp_issuer.clone()),
+            totp_issuer,
+            webauthn_rp_id,
+            webauthn_origins,
             jwt_issuer: get(vars, "JWT_ISSUER")
                 .unwrap_or("two-factor-auth")
                 .to_string(),
@@ -338,6 +360,88 @@ impl Config {
                 .to_ascii_lowercase(),
             warnings,
         })
+    }
+
+    /// `WEBAUTHN_RP_ID` and `WEBAUTHN_ORIGINS`: both required in
+    /// production; the RP ID a lower-case host name, each origin
+    /// `http(s)://host[:port]` on the RP ID or a subdomain of it.
+    fn webauthn_from(
+        vars: &BTreeMap<String, String>,
+        production: bool,
+        warnings: &mut Vec<String>,
+    ) -> Result<(String, Vec<String>), ConfigError> {
+        let rp_id = match get(vars, "WEBAUTHN_RP_ID") {
+            None if production => {
+                return Err(ConfigError(
+                    "WEBAUTHN_RP_ID is required in production".to_string(),
+                ))
+            }
+            None => "localhost".to_string(),
+            Some(v) => v.to_ascii_lowercase(),
+        };
+        let host_ok = |h: &str| {
+            !h.is_empty()
+                && h.len() <= 253
+                && h.split('.').all(|label| {
+                    !label.is_empty()
+                        && label.len() <= 63
+                        && label
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                })
+        };
+        if !host_ok(&rp_id) {
+            return Err(ConfigError(
+                "WEBAUTHN_RP_ID must be a domain name such as example.com (no scheme, port or path)"
+                    .to_string(),
+            ));
+        }
+        let origins: Vec<String> = match get(vars, "WEBAUTHN_ORIGINS") {
+            None if production => {
+                return Err(ConfigError(
+                    "WEBAUTHN_ORIGINS is required in production".to_string(),
+                ))
+            }
+            None => vec!["http://localhost:3001".to_string()],
+            Some(v) => v
+                .split(',')
+                .map(|o| o.trim().trim_end_matches('/').to_string())
+                .filter(|o| !o.is_empty())
+                .collect(),
+        };
+        if origins.is_empty() {
+            return Err(ConfigError(
+                "WEBAUTHN_ORIGINS must name at least one origin".to_string(),
+            ));
+        }
+        for origin in &origins {
+            let rest = origin
+                .strip_prefix("https://")
+                .or_else(|| origin.strip_prefix("http://"));
+            let host = rest.map(|r| match r.rsplit_once(':') {
+                Some((h, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+                    h
+                }
+                _ => r,
+            });
+            let on_rp = host.is_some_and(|h| {
+                host_ok(h)
+                    && (h == rp_id
+                        || h.strip_suffix(rp_id.as_str())
+                            .is_some_and(|p| p.ends_with('.')))
+            });
+            if !on_rp {
+                return Err(ConfigError(format!(
+                    "WEBAUTHN_ORIGINS: {origin:?} must be http(s)://host[:port] with the host {rp_id} or a subdomain of it"
+                )));
+            }
+            if production && origin.starts_with("http://") && rp_id != "localhost" {
+                warnings.push(format!(
+                    "WEBAUTHN_ORIGINS: {origin} is not https; browsers refuse WebAuthn there"
+                ));
+            }
+        }
+        Ok((rp_id, origins))
     }
 
     fn email_from(vars: &BTreeMap<String, String>) -> Result<Option<EmailConfig>, ConfigError> {

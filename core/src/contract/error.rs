@@ -71,6 +71,11 @@ pub enum ApiError {
     EmailNotConfigured,
     /// 503 `Failed to send verification code` (the gateway refused or failed).
     DeliveryFailed,
+    /// A passkey verification named a challenge that is unknown, expired,
+    /// already used, or issued for another ceremony or user.
+    PasskeyChallenge,
+    /// The credential ID is registered already (by this or another user).
+    PasskeyRegistered,
 }
 
 /// Messages other front-ends answer with when they mean the same thing (the
@@ -116,6 +121,8 @@ impl ApiError {
             ApiError::SmsNotConfigured => (503, "SMS service not configured".into()),
             ApiError::EmailNotConfigured => (503, "Email service not configured".into()),
             ApiError::DeliveryFailed => (503, "Failed to send verification code".into()),
+            ApiError::PasskeyChallenge => (400, "Invalid or expired passkey challenge".into()),
+            ApiError::PasskeyRegistered => (409, "Passkey already registered".into()),
         }
     }
 

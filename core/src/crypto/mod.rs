@@ -2,8 +2,9 @@
 //! known answers: webhook signatures ([`signature`], the only module built
 //! without the `service` feature, for the browser package), JWTs
 //! ([`tokens`], on the HMAC-only provider of `jwt_hmac`), one-time codes and
-//! key derivation ([`codes`], [`totp`]), passwords ([`password`]) and QR
-//! codes ([`qr`]).
+//! key derivation ([`codes`], [`totp`]), passwords ([`password`]), QR
+//! codes ([`qr`]) and WebAuthn verification ([`webauthn`], on the COSE keys
+//! of [`cose`]; feature `webauthn`).
 //!
 //! # What this folder may import
 //! Itself and [`crate::contract::ports`] (the `Rng` that code generation
@@ -14,6 +15,8 @@ pub mod signature;
 
 #[cfg(feature = "service")]
 pub mod codes;
+#[cfg(feature = "webauthn")]
+pub mod cose;
 #[cfg(feature = "service")]
 mod jwt_hmac;
 #[cfg(feature = "service")]
@@ -24,3 +27,5 @@ pub mod qr;
 pub mod tokens;
 #[cfg(feature = "service")]
 pub mod totp;
+#[cfg(feature = "webauthn")]
+pub mod webauthn;

@@ -103,6 +103,10 @@ pub struct Claims {
     /// Whether the second factor was passed (access tokens).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mfa: Option<bool>,
+    /// How the user signed in (access tokens; RFC 8176 values such as
+    /// `pwd`, `otp`, `sms`, `mail`, `hwk`, `swk`, `user`, `mfa`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amr: Option<Vec<String>>,
     /// Token kind, as [`TokenKind::typ`].
     pub typ: String,
     /// Issuer.
@@ -130,6 +134,8 @@ pub struct Extra {
     pub did: Option<String>,
     /// Second factor passed; required in access tokens.
     pub mfa: Option<bool>,
+    /// Authentication methods (access tokens), RFC 8176.
+    pub amr: Option<Vec<String>>,
 }
 
 /// Why a token was refused.
@@ -230,6 +236,7 @@ impl TokenKeys {
             jti: extra.jti,
             did: extra.did,
             mfa: extra.mfa,
+            amr: extra.amr,
             typ: kind.typ().to_owned(),
             iss: self.issuer.clone(),
             aud: self.audience.clone(),
@@ -721,6 +728,7 @@ mod tests {
             jti: Some("jti-1".into()),
             did: Some("dev-1".into()),
             mfa: Some(true),
+            amr: Some(vec!["pwd".into(), "otp".into(), "mfa".into()]),
         }
     }
 
@@ -801,6 +809,7 @@ mod tests {
                     jti: Some("jti-1".into()),
                     did: Some("dev-1".into()),
                     mfa: Some(true),
+                    amr: Some(vec!["pwd".into(), "otp".into(), "mfa".into()]),
                     typ: kind.typ().into(),
                     iss: ISS.into(),
                     aud: AUD.into(),

@@ -65,6 +65,14 @@ pub const SEND_EMAIL: Rule = Rule {
     limit: 10,
     window_secs: H1,
 };
+/// Passkey ceremonies without a session (`/2fa/webauthn/options`,
+/// `/2fa/verify-webauthn`, `/auth/passkey/options`, `/auth/passkey/verify`):
+/// 20 per 15 minutes per IP, i.e. 10 option + verification pairs.
+pub const PASSKEY: Rule = Rule {
+    name: "passkey",
+    limit: 20,
+    window_secs: M15,
+};
 /// `/2fa/*/setup`: 10 per 15 minutes per user.
 pub const SETUP: Rule = Rule {
     name: "setup",

@@ -14,6 +14,8 @@
 //! | `apikey:{id}`, `apikeyp:{prefix}` | [`crate::api::apikeys::ApiKeyRecord`], prefix → id |
 //! | `rl:{rule}:{subject}:{window}` | rate-limit counters |
 //! | `tt:{jti}`, `ttu:{jti}` | temp-token attempt and use counters |
+//! | `wach:{challenge}`, `wachu:{challenge}` | a WebAuthn challenge and its single-use counter (see [`crate::api::webauthn`]) |
+//! | `wacid:{credentialId}` | counter claiming a passkey's credential ID for one user |
 //! | `mfafail:{uid}` / `mfalock:{uid}` | failed second-factor counter / lock record |
 //! | `audit:{uid}:{n}`, `auditn:{uid}` | audit records and their sequence counter |
 //! | `sys:secret:{NAME}` | generated development secrets |
@@ -68,6 +70,39 @@ pub struct UserRecord {
     /// Ids of the user's webhooks.
     #[serde(default)]
     pub webhooks: Vec<String>,
+    /// The user's passkeys (see [`crate::api::webauthn`]).
+    #[serde(default)]
+    pub webauthn: Vec<WebauthnCredential>,
+}
+
+/// A stored passkey.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebauthnCredential {
+    /// The service's id of it (UUID), used in paths.
+    pub id: String,
+    /// The credential ID, base64url.
+    pub credential_id: String,
+    /// The COSE public key, base64url (parsed again for every assertion).
+    pub public_key: String,
+    /// COSE algorithm (-7, -8, -257).
+    pub algorithm: i64,
+    /// Last signature counter.
+    pub sign_count: u32,
+    /// Transports reported at registration.
+    #[serde(default)]
+    pub transports: Vec<String>,
+    /// BE at registration (a synced passkey).
+    pub backup_eligible: bool,
+    /// BS as last seen.
+    pub backed_up: bool,
+    /// AAGUID, hex.
+    pub aaguid: String,
+    /// The user's name for it.
+    pub name: String,
+    pub created_ms: u64,
+    #[serde(default)]
+    pub last_used_ms: Option<u64>,
 }
 
 /// An id with its expiry.
@@ -83,7 +118,7 @@ pub struct Ref {
 #[serde(rename_all = "camelCase")]
 pub struct MethodRecord {
     pub id: String,
-    /// `totp`, `sms` or `email`.
+    /// `totp`, `sms`, `email` or `webauthn` (one record for all passkeys).
     pub kind: String,
     pub enabled: bool,
     /// TOTP secret, base32 (TOTP only).
@@ -155,7 +190,7 @@ impl UserRecord {
 
     /// Types of the enabled methods, in a stable order.
     pub fn method_kinds(&self) -> Vec<&'static str> {
-        ["totp", "sms", "email"]
+        ["totp", "sms", "email", "webauthn"]
             .into_iter()
             .filter(|k| self.method(k).is_some())
             .collect()

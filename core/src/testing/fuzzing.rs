@@ -10,6 +10,7 @@
 //! | [`jwt_parse`] | arbitrary and mutated tokens into [`TokenKeys::verify`] and [`Verifier::verify`] | no panic; only tokens we issued are accepted; a token signed with our key is accepted only if it satisfies every documented check |
 //! | [`signature_header`] | header, body and secret into [`verify_signature`] | no panic; accepted exactly when the header is the true signature |
 //! | [`normalise`] | one string into the four normalisers | no panic; outputs valid and idempotent |
+//! | [`webauthn_parse`] | raw bytes into the WebAuthn parsers; registration and assertion JSON, arbitrary or mutated from genuine ones | no panic; accepted ceremonies carry our challenge, origin and RP ID hash, and an accepted assertion's signature and counter pass an independent check ([`webauthn`]) |
 
 use std::sync::OnceLock;
 
@@ -25,13 +26,17 @@ use crate::plumbing::records::{self, UserRecord};
 /// A fuzz target: panics when an invariant breaks.
 pub type Target = fn(&[u8]);
 
+pub mod webauthn;
+pub use webauthn::webauthn_parse;
+
 /// The targets by name, as `core/fuzz/fuzz_targets/<name>.rs` and
 /// `core/fuzz/regressions/<name>/` name them.
-pub const TARGETS: [(&str, Target); 4] = [
+pub const TARGETS: [(&str, Target); 5] = [
     ("api_sequence", api_sequence),
     ("jwt_parse", jwt_parse),
     ("signature_header", signature_header),
     ("normalise", normalise),
+    ("webauthn_parse", webauthn_parse),
 ];
 
 /// Reads the fuzzer's bytes front to back; past the end every read is 0 or
@@ -218,7 +223,7 @@ fn prepared() -> &'static Prepared {
 }
 
 /// Paths of real routes; `{id}` is replaced by an id the input chooses.
-const ROUTES: [&str; 44] = [
+const ROUTES: [&str; 53] = [
     "/health",
     "/health/live",
     "/health/ready",
@@ -248,6 +253,15 @@ const ROUTES: [&str; 44] = [
     "/2fa/backup-codes/count",
     "/2fa/methods",
     "/2fa/methods/{id}",
+    "/2fa/webauthn/register/options",
+    "/2fa/webauthn/register/verify",
+    "/2fa/webauthn/credentials",
+    "/2fa/webauthn/credentials/{id}",
+    "/2fa/webauthn/options",
+    "/2fa/verify-webauthn",
+    "/auth/passkey/options",
+    "/auth/passkey/verify",
+    "/2fa/webauthn",
     "/2fa/devices",
     "/2fa/devices/{id}",
     "/api-keys",
@@ -720,6 +734,7 @@ pub fn issued_tokens() -> [String; 4] {
                 jti: Some("jti-1".into()),
                 did: Some("dev-1".into()),
                 mfa: Some(true),
+                amr: None,
             },
             NOW,
         )
