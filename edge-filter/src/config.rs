@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 /// What a request must present to pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum Requirement {
     /// Anyone passes (forwarded-claim headers are still stripped).
     None,
@@ -22,6 +22,10 @@ pub enum Requirement {
     Auth,
     /// A valid access token whose `mfa` claim is `true`.
     Mfa,
+    /// A valid access token whose `amr` claim shows a WebAuthn assertion
+    /// (`hwk` or `swk`, RFC 8176): the session was signed in with a passkey,
+    /// which cannot be phished.
+    PhishingResistant,
 }
 
 /// A claim of an access token that can be forwarded as a header.
@@ -37,6 +41,8 @@ pub enum Claim {
     Exp,
     /// `iat`: issued at, Unix seconds.
     Iat,
+    /// `amr`: how the user signed in (RFC 8176 values, space-separated).
+    Amr,
 }
 
 impl Claim {
@@ -47,6 +53,7 @@ impl Claim {
             "mfa" => Claim::Mfa,
             "exp" => Claim::Exp,
             "iat" => Claim::Iat,
+            "amr" => Claim::Amr,
             _ => return None,
         })
     }
@@ -575,7 +582,8 @@ mod tests {
             "cookie_name": "access_token",
             "rules": [
                 {"prefix": "/public/", "require": "none"},
-                {"path": "/admin", "methods": ["post", "DELETE"], "require": "mfa"}
+                {"path": "/admin", "methods": ["post", "DELETE"], "require": "mfa"},
+                {"prefix": "/vault", "require": "phishing_resistant"}
             ],
             "default": "none",
             "forward_claims": {"sub": "X-User-Id", "exp": "x-token-exp"},
@@ -587,6 +595,7 @@ mod tests {
         .expect("valid");
         assert_eq!(c.rules[0].path, PathMatch::Prefix("/public/".into()));
         assert_eq!(c.rules[1].methods, ["POST", "DELETE"]);
+        assert_eq!(c.rules[2].require, Requirement::PhishingResistant);
         assert_eq!(c.default_require, Requirement::None);
         assert_eq!(
             c.protected_headers,

@@ -60,7 +60,10 @@ pub fn filter_config(data: &[u8]) {
         let req = policy::requirement(&cfg, method, path);
         assert!(matches!(
             req,
-            Requirement::None | Requirement::Auth | Requirement::Mfa
+            Requirement::None
+                | Requirement::Auth
+                | Requirement::Mfa
+                | Requirement::PhishingResistant
         ));
         let original = policy::original_url(Some("https"), Some("app.example.com"), path);
         for denial in Denial::ALL {

@@ -11,6 +11,8 @@ use crate::config::{Claim, Config, PathMatch, Requirement};
 /// The 403 message of an `mfa` rule (the API has no such refusal: it never
 /// issues an access token before the second factor).
 const MFA_REQUIRED: &str = "Two-factor authentication required";
+/// The envelope's message when a rule requires a passkey sign-in.
+const PHISHING_RESISTANT_REQUIRED: &str = "Phishing-resistant authentication required";
 
 /// Why a request was turned away. Each has its own metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +25,9 @@ pub enum Denial {
     ExpiredToken,
     /// The rule requires `mfa` and the token's `mfa` claim is not `true`.
     MfaRequired,
+    /// The rule requires `phishing_resistant` and the token's `amr` shows
+    /// no WebAuthn assertion.
+    PhishingResistantRequired,
     /// Introspection says the session has ended.
     SessionInactive,
     /// Introspection could not be answered and the policy is fail-closed.
@@ -33,11 +38,12 @@ pub enum Denial {
 
 impl Denial {
     /// Every denial, in metric order.
-    pub const ALL: [Denial; 7] = [
+    pub const ALL: [Denial; 8] = [
         Denial::MissingToken,
         Denial::InvalidToken,
         Denial::ExpiredToken,
         Denial::MfaRequired,
+        Denial::PhishingResistantRequired,
         Denial::SessionInactive,
         Denial::ApiUnavailable,
         Denial::NotConfigured,
@@ -50,6 +56,7 @@ impl Denial {
             Denial::InvalidToken => "invalid_token",
             Denial::ExpiredToken => "expired_token",
             Denial::MfaRequired => "mfa_required",
+            Denial::PhishingResistantRequired => "phishing_resistant_required",
             Denial::SessionInactive => "session_inactive",
             Denial::ApiUnavailable => "api_unavailable",
             Denial::NotConfigured => "not_configured",
@@ -59,7 +66,7 @@ impl Denial {
     /// HTTP status of the JSON answer.
     pub fn status(self) -> u32 {
         match self {
-            Denial::MfaRequired => 403,
+            Denial::MfaRequired | Denial::PhishingResistantRequired => 403,
             Denial::ApiUnavailable | Denial::NotConfigured => 503,
             _ => 401,
         }
@@ -69,6 +76,7 @@ impl Denial {
     pub fn message(self) -> &'static str {
         match self {
             Denial::MfaRequired => MFA_REQUIRED,
+            Denial::PhishingResistantRequired => PHISHING_RESISTANT_REQUIRED,
             Denial::ApiUnavailable | Denial::NotConfigured => messages::UNAVAILABLE,
             _ => messages::INVALID_TOKEN,
         }
@@ -176,10 +184,22 @@ pub fn check_token(
         TokenError::Expired | TokenError::NotYetValid => Denial::ExpiredToken,
         _ => Denial::InvalidToken,
     })?;
-    if requirement == Requirement::Mfa && claims.mfa != Some(true) {
-        return Err(Denial::MfaRequired);
+    match requirement {
+        Requirement::Mfa if claims.mfa != Some(true) => Err(Denial::MfaRequired),
+        Requirement::PhishingResistant if !phishing_resistant(&claims) => {
+            Err(Denial::PhishingResistantRequired)
+        }
+        _ => Ok(claims),
     }
-    Ok(claims)
+}
+
+/// Whether the token's `amr` shows a WebAuthn assertion: `hwk` (a
+/// device-bound key) or `swk` (a synced passkey), as the API writes them.
+pub fn phishing_resistant(claims: &Claims) -> bool {
+    claims
+        .amr
+        .as_ref()
+        .is_some_and(|amr| amr.iter().any(|m| m == "hwk" || m == "swk"))
 }
 
 /// The headers to add for a request that passed with `claims`.
@@ -193,6 +213,7 @@ pub fn forwarded_headers(cfg: &Config, claims: &Claims) -> Vec<(String, String)>
                 Claim::Mfa => claims.mfa.map(|m| m.to_string()),
                 Claim::Exp => Some(claims.exp.to_string()),
                 Claim::Iat => Some(claims.iat.to_string()),
+                Claim::Amr => claims.amr.as_ref().map(|amr| amr.join(" ")),
             }?;
             // A claim that cannot be a header value is left out rather
             // than mangled.
@@ -414,6 +435,73 @@ mod tests {
                 ("x-session-id".to_string(), "s1".to_string()),
                 ("x-user-mfa".to_string(), "true".to_string()),
             ]
+        );
+    }
+
+    #[test]
+    fn phishing_resistant_needs_a_webauthn_amr() {
+        let keys = TokenKeys::new(
+            b"acc",
+            b"r",
+            b"t",
+            b"d",
+            "two-factor-auth",
+            "two-factor-auth-api",
+        );
+        let c = cfg(serde_json::json!({
+            "secrets": ["acc"],
+            "forward_claims": {"sub": "x-user-id", "amr": "x-user-amr"}
+        }));
+        let v = verifier(&c);
+        let token = |amr: Option<&[&str]>| {
+            let extra = Extra {
+                sid: Some("s1".into()),
+                mfa: Some(true),
+                amr: amr.map(|a| a.iter().map(|m| m.to_string()).collect()),
+                ..Extra::default()
+            };
+            keys.issue(TokenKind::Access, "u1", extra, NOW)
+        };
+        for amr in [
+            &["pwd", "hwk", "mfa"][..],
+            &["swk", "user", "mfa"],
+            &["hwk"],
+        ] {
+            let claims = check_token(
+                &v,
+                Some(&token(Some(amr))),
+                Requirement::PhishingResistant,
+                NOW,
+            )
+            .expect("a passkey session passes");
+            assert_eq!(
+                forwarded_headers(&c, &claims),
+                vec![
+                    ("x-user-id".to_string(), "u1".to_string()),
+                    ("x-user-amr".to_string(), amr.join(" ")),
+                ]
+            );
+        }
+        for amr in [
+            Some(&["pwd", "otp", "mfa"][..]),
+            Some(&["pwd", "sms", "mfa"]),
+            Some(&[]),
+            None,
+        ] {
+            let t = token(amr);
+            assert_eq!(
+                check_token(&v, Some(&t), Requirement::PhishingResistant, NOW),
+                Err(Denial::PhishingResistantRequired),
+                "{amr:?}"
+            );
+            // The same token passes `mfa` rules: only the passkey rule is stricter.
+            assert!(check_token(&v, Some(&t), Requirement::Mfa, NOW).is_ok());
+        }
+        let r = denial_response(None, Denial::PhishingResistantRequired, false, "/");
+        assert_eq!(r.status, 403);
+        assert_eq!(
+            r.body,
+            br#"{"success":false,"error":"Phishing-resistant authentication required"}"#.to_vec()
         );
     }
 

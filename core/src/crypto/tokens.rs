@@ -567,6 +567,9 @@ struct RawClaims<'a> {
     did: Option<Raw<'a>>,
     #[serde(default, borrow)]
     mfa: Option<Raw<'a>>,
+    /// An array of strings, or missing / null; anything else is malformed.
+    #[serde(default)]
+    amr: Option<Vec<String>>,
     #[serde(default, borrow)]
     typ: Option<Raw<'a>>,
     #[serde(default, borrow)]
@@ -659,6 +662,7 @@ fn check_claims(raw: RawClaims<'_>, policy: &Policy<'_>, now: u64) -> Result<Cla
         jti: optional_string(&raw.jti)?,
         did: optional_string(&raw.did)?,
         mfa,
+        amr: raw.amr,
         typ: typ.to_owned(),
         iss: iss.clone().into_owned(),
         aud: aud.clone().into_owned(),
@@ -926,6 +930,8 @@ mod tests {
             ("sid", json!(7)),
             ("mfa", json!("yes")),
             ("jti", json!({})),
+            ("amr", json!("pwd")),
+            ("amr", json!(["pwd", 1])),
         ];
         for (name, value) in mistyped {
             let mut p = access_payload();
