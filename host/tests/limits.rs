@@ -3,6 +3,8 @@
 //! connection limits (`HEADER_READ_TIMEOUT_MS`, `IDLE_TIMEOUT_MS`,
 //! `MAX_CONNECTIONS`) hold against half-open and idle connections.
 
+#![allow(clippy::disallowed_methods)] // the tests time the host with the clock
+
 mod support;
 
 use std::io::{Read, Write};

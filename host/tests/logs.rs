@@ -3,6 +3,8 @@
 //! valid, else generated; returned; passed to the component), the text
 //! line's path capped and escaped, and `LOG_LEVEL`.
 
+#![allow(clippy::disallowed_methods)] // the tests time the host with the clock
+
 mod support;
 
 use std::time::{Duration, Instant};

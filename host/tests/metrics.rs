@@ -3,6 +3,8 @@
 //! buckets, and Prometheus's own Python client parses it (PyPI
 //! `prometheus-client`, installed by this test with pip when missing).
 
+#![allow(clippy::disallowed_methods)] // the tests time the host with the clock
+
 mod support;
 
 use std::process::Command;

@@ -5,6 +5,8 @@
 //! are used, and after a restart of the server the store recovers and
 //! `/health` says so.
 
+#![allow(clippy::disallowed_methods)] // the tests time the host with the clock
+
 mod support;
 
 use std::path::{Path, PathBuf};
