@@ -82,3 +82,187 @@ pub fn flush() {
     };
     write_out(&pending);
 }
+
+// ------------------------------------------------------ the request line
+
+/// How request lines are written (`LOG_FORMAT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `METHOD PATH STATUS DURATIONms` (the path capped and escaped).
+    Text,
+    /// One JSON object per request: `time`, `level`, `request_id`,
+    /// `method`, `route`, `status`, `duration_ms`.
+    Json,
+}
+
+impl Format {
+    /// Parses `LOG_FORMAT` (unset or empty is `text`).
+    pub fn parse(v: Option<&str>) -> Result<Format, String> {
+        match v.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+            None | Some("") | Some("text") => Ok(Format::Text),
+            Some("json") => Ok(Format::Json),
+            Some(other) => Err(format!("LOG_FORMAT must be text or json, not {other:?}")),
+        }
+    }
+}
+
+/// The longest path a text line shows, in bytes of its escaped form.
+pub const MAX_PATH: usize = 256;
+
+/// `path` as a log line shows it: every byte outside printable ASCII, and
+/// `"` and `\`, as `\xNN`; cut after [`MAX_PATH`] bytes with
+/// `…(+N bytes)` saying how much was left out.
+pub fn shown_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len().min(MAX_PATH) + 16);
+    for (i, b) in path.bytes().enumerate() {
+        if out.len() >= MAX_PATH {
+            out.push_str(&format!("…(+{} bytes)", path.len() - i));
+            break;
+        }
+        if (0x21..0x7f).contains(&b) && b != b'"' && b != b'\\' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// What the request line says about one request.
+pub struct Request<'a> {
+    /// The method.
+    pub method: &'a str,
+    /// The path (the text line shows it capped and escaped; the JSON line
+    /// shows `route` instead).
+    pub path: &'a str,
+    /// The route pattern (`/api/webhooks/{webhookId}`), or `unmatched`.
+    pub route: &'a str,
+    /// The request id (`X-Request-Id`).
+    pub request_id: &'a str,
+    /// The status sent.
+    pub status: u16,
+    /// From the request's head to its response's head.
+    pub duration: std::time::Duration,
+}
+
+/// The time now as RFC 3339 UTC with milliseconds.
+#[allow(clippy::disallowed_methods)] // the host reads the clock for its logs
+pub fn timestamp() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// The request line of `r` in `format`.
+pub fn request_line(format: Format, r: &Request<'_>) -> String {
+    match format {
+        Format::Text => format!(
+            "{} {} {} {}ms",
+            r.method,
+            shown_path(r.path),
+            r.status,
+            r.duration.as_millis()
+        ),
+        Format::Json => serde_json::json!({
+            "time": timestamp(),
+            "level": "info",
+            "request_id": r.request_id,
+            "method": r.method,
+            "route": r.route,
+            "status": r.status,
+            "duration_ms": (r.duration.as_secs_f64() * 1e6).round() / 1e3,
+        })
+        .to_string(),
+    }
+}
+
+/// Queues the request line of `r` (at level `info`).
+pub fn request(format: Format, r: &Request<'_>) {
+    if crate::log::enabled(crate::log::Level::Info) {
+        line(&request_line(format, r));
+    }
+}
+
+// -------------------------------------------------------- the request id
+
+/// The longest `X-Request-Id` taken from a client.
+pub const MAX_REQUEST_ID: usize = 128;
+
+/// Whether a client's `X-Request-Id` is kept: 1 to [`MAX_REQUEST_ID`]
+/// characters of `A-Z a-z 0-9 . _ -`.
+pub fn valid_request_id(v: &[u8]) -> bool {
+    !v.is_empty()
+        && v.len() <= MAX_REQUEST_ID
+        && v.iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// A fresh request id: this process's random 64-bit prefix and a counter
+/// (`3f2a…c1-1a`), unique without a system call per request.
+pub fn new_request_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PREFIX: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let prefix = *PREFIX.get_or_init(|| {
+        let mut b = [0u8; 8];
+        if getrandom::getrandom(&mut b).is_err() {
+            // No OS randomness: the process id and start time still make
+            // collisions between processes unlikely.
+            let t = timestamp();
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            std::hash::Hash::hash(&(std::process::id(), t), &mut h);
+            return std::hash::Hasher::finish(&h);
+        }
+        u64::from_le_bytes(b)
+    });
+    format!("{prefix:016x}-{:x}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_capped_and_escaped() {
+        assert_eq!(shown_path("/api/health"), "/api/health");
+        assert_eq!(shown_path("/a\"b\\c d\n"), "/a\\x22b\\x5cc\\x20d\\x0a");
+        assert_eq!(shown_path("/é"), "/\\xc3\\xa9");
+        let long = format!("/{}", "x".repeat(20_000));
+        let shown = shown_path(&long);
+        assert!(shown.starts_with("/xxx"));
+        assert!(shown.ends_with(&format!("…(+{} bytes)", 20_001 - MAX_PATH)));
+        assert!(shown.len() < MAX_PATH + 24, "{}", shown.len());
+    }
+
+    #[test]
+    fn request_ids() {
+        assert!(valid_request_id(b"abc-DEF_1.2"));
+        assert!(valid_request_id(&[b'a'; 128]));
+        assert!(!valid_request_id(&[b'a'; 129]));
+        assert!(!valid_request_id(b""));
+        assert!(!valid_request_id(b"a b"));
+        assert!(!valid_request_id(b"a\"b"));
+        let (a, b) = (new_request_id(), new_request_id());
+        assert_ne!(a, b);
+        assert!(valid_request_id(a.as_bytes()), "{a}");
+    }
+
+    #[test]
+    fn json_line_is_one_object() {
+        let r = Request {
+            method: "GET",
+            path: "/api/webhooks/123",
+            route: "/api/webhooks/{webhookId}",
+            request_id: "r-1",
+            status: 200,
+            duration: std::time::Duration::from_micros(1500),
+        };
+        let v: serde_json::Value = serde_json::from_str(&request_line(Format::Json, &r)).unwrap();
+        assert_eq!(v["route"], "/api/webhooks/{webhookId}");
+        assert_eq!(v["duration_ms"], 1.5);
+        assert_eq!(v["request_id"], "r-1");
+        assert!(v.get("path").is_none());
+        assert_eq!(
+            request_line(Format::Text, &r),
+            "GET /api/webhooks/123 200 1ms"
+        );
+    }
+}

@@ -691,7 +691,38 @@ const REDIS_POOL: usize = 16;
 impl RedisKv {
     /// Connects to `url` (`redis://…`), checking the server answers.
     pub fn open(url: &str, emulation: KvEmulation) -> KvResult<RedisKv> {
-        let client = redis::Client::open(url)?;
+        RedisKv::open_tls(url, emulation, None)
+    }
+
+    /// Connects to `url` (`redis://…`, or `rediss://…` over TLS: the
+    /// server's certificate is checked against the system's roots, or
+    /// against the PEM certificates of `ca_file` alone when it is given),
+    /// checking the server answers.
+    pub fn open_tls(
+        url: &str,
+        emulation: KvEmulation,
+        ca_file: Option<&Path>,
+    ) -> KvResult<RedisKv> {
+        let client = match ca_file {
+            Some(path) if url.starts_with("rediss://") => {
+                let pem = std::fs::read(path).map_err(|e| {
+                    KvError(format!("cannot read KV_CA_FILE {}: {e}", path.display()))
+                })?;
+                redis::Client::build_with_tls(
+                    url,
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    },
+                )?
+            }
+            Some(_) => {
+                return Err(KvError(
+                    "KV_CA_FILE is set but KV_URL is not a rediss:// URL".into(),
+                ))
+            }
+            None => redis::Client::open(url)?,
+        };
         let kv = RedisKv {
             client,
             url_for_logs: redact(url),
@@ -725,7 +756,20 @@ impl RedisKv {
         };
         conn.set_read_timeout(Some(Duration::from_secs(10)))?;
         conn.set_write_timeout(Some(Duration::from_secs(10)))?;
-        let out = f(&mut conn)?;
+        let out = match f(&mut conn) {
+            Ok(out) => out,
+            Err(e) => {
+                // The server went away (restart, network): every pooled
+                // connection is as dead as this one; the next operations
+                // connect afresh instead of failing once per pooled one.
+                if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
+                    if let Ok(mut p) = self.pool.lock() {
+                        p.clear();
+                    }
+                }
+                return Err(e.into());
+            }
+        };
         if let Ok(mut p) = self.pool.lock() {
             if p.len() < REDIS_POOL {
                 p.push(conn);
@@ -998,12 +1042,23 @@ pub fn open_backend_with(
     data_dir: &Path,
     emulation: KvEmulation,
 ) -> KvResult<Arc<dyn KvBackend>> {
+    open_backend_tls(kv_url, data_dir, emulation, None)
+}
+
+/// [`open_backend_with`] trusting the PEM CA certificates of `ca_file`
+/// (`KV_CA_FILE`) instead of the system's roots for `rediss://`.
+pub fn open_backend_tls(
+    kv_url: Option<&str>,
+    data_dir: &Path,
+    emulation: KvEmulation,
+    ca_file: Option<&Path>,
+) -> KvResult<Arc<dyn KvBackend>> {
     match kv_url.map(str::trim).filter(|u| !u.is_empty()) {
         Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
-            Ok(Arc::new(RedisKv::open(url, emulation)?))
+            Ok(Arc::new(RedisKv::open_tls(url, emulation, ca_file)?))
         }
         Some(url) => Err(KvError(format!(
-            "KV_URL must be a redis:// URL (got {})",
+            "KV_URL must be a redis:// or rediss:// URL (got {})",
             redact(url)
         ))),
         None => Ok(Arc::new(SqliteKv::open_dir(data_dir, emulation)?)),

@@ -16,7 +16,9 @@
 //!
 //! Settings of the host itself: `PORT` (default 3001; 0 picks a free port),
 //! `DATA_DIR` (default `./.data`), `CACHE_DIR` (compiled component, default
-//! `DATA_DIR/cache`), `KV_URL`, `KV_EMULATE` (`spin-4.0.2`, the default:
+//! `DATA_DIR/cache`), `KV_URL` (`redis://…` or `rediss://user:pass@host:port/db`
+//! over TLS, checked against the system's roots or the PEM CA certificates
+//! of `KV_CA_FILE`), `KV_EMULATE` (`spin-4.0.2`, the default:
 //! the stores behave exactly like Spin 4.0.2's, limits included; `none`:
 //! this host's own, more capable semantics; see [`kv`]), `COMPONENT_PATH`
 //! (default `target/wasm32-wasip2/release/spin_app.wasm`), `SPIN_MANIFEST` (default
@@ -27,12 +29,32 @@
 //! `TFA_CLOCK_OFFSET_MS=N` shows the component a wall clock N ms ahead (to
 //! reach the webhook retry schedule without waiting for it).
 //!
+//! Limits: `REQUEST_TIMEOUT_MS` (default 60000) is the longest an
+//! instance runs, after-response work included; at the deadline it is
+//! stopped, its slot freed, the client answered 503 if it had no answer
+//! yet, and a line `request deadline exceeded` goes to stderr.
+//! `HEADER_READ_TIMEOUT_MS` (default 10000): a connection that has not sent
+//! a whole request head within it is closed (line `no complete request
+//! head`). `IDLE_TIMEOUT_MS` (default 5000): a keep-alive connection idle
+//! that long between requests is closed. `MAX_CONNECTIONS` (default 1024):
+//! at that many open connections the host stops accepting (line
+//! `connections open: not accepting more`) until one closes.
+//!
+//! Logs: `LOG_LEVEL` (`error`, `warn`, `info` — the default —, `debug`)
+//! filters the host's lines; `LOG_FORMAT` (`text`, the default, or `json`)
+//! shapes the request line ([`accesslog`]). Metrics: `METRICS_ADDR`
+//! (`127.0.0.1:9464`; off when unset) serves the Prometheus text format at
+//! `/metrics` ([`metrics`]).
+//!
 //! It always listens on 127.0.0.1.
 
 #![deny(missing_docs)]
 
 pub mod accesslog;
+pub mod conn;
 pub mod kv;
+pub mod log;
+pub mod metrics;
 pub mod netguard;
 pub mod outbound;
 pub mod runtime;
@@ -62,8 +84,11 @@ pub struct HostSettings {
     /// Where the compiled component is cached (`CACHE_DIR`, default
     /// `DATA_DIR/cache`).
     pub cache_dir: PathBuf,
-    /// `redis://…` to use Redis instead of SQLite.
+    /// `redis://…` (or `rediss://…`, TLS) to use Redis instead of SQLite.
     pub kv_url: Option<String>,
+    /// PEM CA certificates trusted for `rediss://` instead of the system's
+    /// roots (`KV_CA_FILE`).
+    pub kv_ca_file: Option<PathBuf>,
     /// Whose key-value semantics the stores follow (`KV_EMULATE`).
     pub kv_emulate: kv::KvEmulation,
     /// The component.
@@ -80,7 +105,27 @@ pub struct HostSettings {
     pub clock_offset_ms: u64,
     /// Diagnostic (`KV_COUNT=true`): log each request's key-value operations.
     pub kv_count: bool,
+    /// Limits of the server (deadline, connections).
+    pub limits: server::Limits,
+    /// Which of the host's lines are written (`LOG_LEVEL`).
+    pub log_level: log::Level,
+    /// How request lines are written (`LOG_FORMAT`).
+    pub log_format: accesslog::Format,
+    /// Where metrics are served (`METRICS_ADDR`; off when unset).
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
+
+/// Default of `REQUEST_TIMEOUT_MS`: longer than the component's slowest
+/// legitimate work (an SMTP delivery may take 30 s, then after-response
+/// webhook calls).
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 60_000;
+/// Default of `HEADER_READ_TIMEOUT_MS`.
+pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+/// Default of `IDLE_TIMEOUT_MS` (a connection idle between requests is
+/// also closed at the header-read timeout, whichever comes first).
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 5_000;
+/// Default of `MAX_CONNECTIONS`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 impl HostSettings {
     /// Reads the settings through `env`.
@@ -103,7 +148,42 @@ impl HostSettings {
             Some(p) => Some(PathBuf::from(p)),
             None => Some(PathBuf::from("spin.toml")).filter(|p| p.exists()),
         };
+        let positive = |n: &str, default: u64| -> anyhow::Result<u64> {
+            match num(n)? {
+                Some(0) => anyhow::bail!("{n} must be at least 1"),
+                Some(v) => Ok(v),
+                None => Ok(default),
+            }
+        };
+        let limits = server::Limits {
+            request_timeout: std::time::Duration::from_millis(positive(
+                "REQUEST_TIMEOUT_MS",
+                DEFAULT_REQUEST_TIMEOUT_MS,
+            )?),
+            header_read_timeout: std::time::Duration::from_millis(positive(
+                "HEADER_READ_TIMEOUT_MS",
+                DEFAULT_HEADER_READ_TIMEOUT_MS,
+            )?),
+            idle_timeout: std::time::Duration::from_millis(positive(
+                "IDLE_TIMEOUT_MS",
+                DEFAULT_IDLE_TIMEOUT_MS,
+            )?),
+            max_connections: usize::try_from(positive(
+                "MAX_CONNECTIONS",
+                DEFAULT_MAX_CONNECTIONS as u64,
+            )?)
+            .context("MAX_CONNECTIONS is too large")?,
+        };
         Ok(HostSettings {
+            limits,
+            log_level: log::Level::parse(get("LOG_LEVEL").as_deref())
+                .map_err(anyhow::Error::msg)?,
+            log_format: accesslog::Format::parse(get("LOG_FORMAT").as_deref())
+                .map_err(anyhow::Error::msg)?,
+            metrics_addr: get("METRICS_ADDR")
+                .map(|v| metrics::parse_addr(&v))
+                .transpose()
+                .map_err(anyhow::Error::msg)?,
             port: get("PORT")
                 .map(|p| p.parse::<u16>().context("PORT must be a port number"))
                 .transpose()?
@@ -113,6 +193,7 @@ impl HostSettings {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| data_dir.join("cache")),
             kv_url: get("KV_URL"),
+            kv_ca_file: get("KV_CA_FILE").map(PathBuf::from),
             kv_emulate: kv::KvEmulation::parse(get("KV_EMULATE").as_deref())
                 .map_err(anyhow::Error::msg)?,
             component_path: PathBuf::from(
@@ -154,6 +235,7 @@ pub fn service_settings(
 /// Builds everything and serves until SIGINT/SIGTERM.
 pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     let settings = HostSettings::from_env(env)?;
+    log::set_level(settings.log_level);
 
     // The service's own settings: checked here once so problems show at
     // start; the component re-reads them per request (and answers 503 if
@@ -252,10 +334,11 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     );
 
     // Store.
-    let mut backend = kv::open_backend_with(
+    let mut backend = kv::open_backend_tls(
         settings.kv_url.as_deref(),
         &settings.data_dir,
         settings.kv_emulate,
+        settings.kv_ca_file.as_deref(),
     )
     .map_err(|e| anyhow::anyhow!("cannot open the key-value store: {e}"))?;
     if let Some(after) = settings.fail_store_after {
@@ -273,6 +356,7 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
 
     // Component.
     let engine = runtime::engine()?;
+    runtime::start_epoch_ticker(&engine)?;
     let component =
         runtime::load_component(&engine, &settings.component_path, &settings.cache_dir).await?;
     let linker = runtime::linker(&engine)?;
@@ -293,6 +377,25 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
             settings.clock_offset_ms
         );
     }
+    eprintln!(
+        "tfa-host: limits: REQUEST_TIMEOUT_MS={} HEADER_READ_TIMEOUT_MS={} IDLE_TIMEOUT_MS={} \
+         MAX_CONNECTIONS={}",
+        settings.limits.request_timeout.as_millis(),
+        settings.limits.header_read_timeout.as_millis(),
+        settings.limits.idle_timeout.as_millis(),
+        settings.limits.max_connections,
+    );
+    if let Some(addr) = settings.metrics_addr {
+        let m = metrics::enable()?;
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on METRICS_ADDR={addr}"))?;
+        eprintln!(
+            "tfa-host: metrics on http://{}/metrics",
+            l.local_addr().context("no local address")?
+        );
+        tokio::spawn(metrics::serve(l, m));
+    }
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", settings.port))
         .await
         .with_context(|| format!("cannot listen on 127.0.0.1:{}", settings.port))?;
@@ -300,7 +403,17 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
         "tfa-host: listening on http://{}",
         listener.local_addr().context("no local address")?
     );
-    let server = Arc::new(server::Server::new(pre, shared));
+    let server = Arc::new(server::Server::new(
+        pre,
+        shared,
+        settings.limits.clone(),
+        server::Observe {
+            log_format: settings.log_format,
+            base_path: core_config
+                .as_ref()
+                .map_or_else(|| "/api".to_string(), |c| c.base_path.clone()),
+        },
+    ));
     server.clone().serve(listener, shutdown_signal()).await;
     // Close the store: the last handles go with the server.
     drop(server);

@@ -145,6 +145,34 @@ pub enum KvOp {
     Other,
 }
 
+impl KvOp {
+    /// The operation's name (the metrics' `op` label).
+    pub fn name(self) -> &'static str {
+        match self {
+            KvOp::Get => "get",
+            KvOp::Set => "set",
+            KvOp::Delete => "delete",
+            KvOp::Increment => "increment",
+            KvOp::Other => "other",
+        }
+    }
+}
+
+/// Times one store operation for the metrics (nothing when they are off).
+struct StoreTimer(Option<(KvOp, std::time::Instant, &'static crate::metrics::Metrics)>);
+
+impl StoreTimer {
+    fn start(op: KvOp) -> StoreTimer {
+        StoreTimer(crate::metrics::get().map(|m| (op, crate::now(), m)))
+    }
+
+    fn done(self, ok: bool) {
+        if let Some((op, t, m)) = self.0 {
+            m.store(op.name(), t.elapsed(), ok);
+        }
+    }
+}
+
 /// Counts of one request's key-value operations (`KV_COUNT=true` logs them).
 #[derive(Debug, Default)]
 pub struct KvOps([std::sync::atomic::AtomicU32; 5]);
@@ -171,8 +199,9 @@ impl HostState {
     ) -> impl std::future::Future<Output = KvResult<i64>> + Send + 'static {
         self.kv_ops.add(op);
         let shared = self.shared.clone();
+        let timer = StoreTimer::start(op);
         async move {
-            match shared.kv.write_async(w) {
+            let out = match shared.kv.write_async(w) {
                 Ok(queued) => {
                     let out = queued.await;
                     if let Err(e) = &out {
@@ -189,7 +218,9 @@ impl HostState {
                         })
                         .await
                 }
-            }
+            };
+            timer.done(out.is_ok());
+            out
         }
     }
 
@@ -207,8 +238,9 @@ impl HostState {
         // switches per operation, the largest share of a store operation's
         // time in the profile).
         let inline = matches!(op, KvOp::Get) && shared.kv.inline_reads();
+        let timer = StoreTimer::start(op);
         async move {
-            if inline {
+            let out = if inline {
                 let out = f(shared.kv.as_ref());
                 if let Err(e) = &out {
                     eprintln!("tfa-host: store error: {e}");
@@ -216,7 +248,9 @@ impl HostState {
                 out
             } else {
                 shared.kv(f).await
-            }
+            };
+            timer.done(out.is_ok());
+            out
         }
     }
 }
@@ -245,7 +279,7 @@ impl HostState {
                 let ok = match use_ {
                     // The address checked is the one connected to.
                     SocketAddrUse::TcpConnect => {
-                        if !allow.allows_tcp(&addr) {
+                        let ok = if !allow.allows_tcp(&addr) {
                             eprintln!(
                                 "tfa-host: TCP connection to {addr} denied by allowed_outbound_hosts"
                             );
@@ -256,7 +290,11 @@ impl HostState {
                             false
                         } else {
                             true
+                        };
+                        if let Some(m) = crate::metrics::get() {
+                            m.outbound("smtp", if ok { "allowed" } else { "denied" });
                         }
+                        ok
                     }
                     // The ephemeral local port a connect binds implicitly
                     // (checked as a bind of the unspecified address, port 0).
@@ -332,6 +370,9 @@ impl WasiHttpHooks for OutboundHooks {
                 uri.authority().map(|a| a.as_str()).unwrap_or("?")
             );
             eprintln!("tfa-host: outbound request to {shown} denied by allowed_outbound_hosts");
+            if let Some(m) = crate::metrics::get() {
+                m.outbound("http", "denied");
+            }
             drop(fut);
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
@@ -343,7 +384,15 @@ impl WasiHttpHooks for OutboundHooks {
         drop(fut);
         let explicit = self.allow.explicit(&uri);
         let guard = self.guard.clone();
-        Box::new(crate::send::send(request, opts, guard, explicit))
+        let sent = crate::send::send(request, opts, guard, explicit);
+        match crate::metrics::get() {
+            None => Box::new(sent),
+            Some(m) => Box::new(async move {
+                let r = sent.await;
+                m.outbound("http", if r.is_ok() { "ok" } else { "error" });
+                r
+            }),
+        }
     }
 }
 
@@ -708,6 +757,12 @@ pub fn engine() -> anyhow::Result<Engine> {
         .pagemap_scan(wasmtime::Enabled::Auto);
     let mut config = Config::new();
     config.wasm_component_model(true);
+    // Guest deadline (`REQUEST_TIMEOUT_MS`): compiled code checks the
+    // engine's epoch at function entries and loop heads; a thread advances
+    // it every [`EPOCH_TICK`] ([`start_epoch_ticker`]) and each store yields
+    // to tokio at every tick ([`new_store`]), so a guest that never returns
+    // neither blocks a worker thread nor escapes the deadline's timer.
+    config.epoch_interruption(true);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     Engine::new(&config)
         .map_err(anyhow::Error::from)
@@ -816,9 +871,34 @@ pub fn pre_instantiate(
         .context("the component does not export wasi:http/incoming-handler")
 }
 
-/// A store for one request.
+/// How often the engine's epoch advances: the longest a guest runs
+/// without giving its thread back to tokio.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Starts the thread that advances `engine`'s epoch every [`EPOCH_TICK`];
+/// it ends with the engine.
+pub fn start_epoch_ticker(engine: &Engine) -> anyhow::Result<()> {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("tfa-epoch".into())
+        .spawn(move || loop {
+            std::thread::sleep(EPOCH_TICK);
+            match weak.upgrade() {
+                Some(engine) => engine.increment_epoch(),
+                None => return,
+            }
+        })
+        .context("cannot start the epoch thread")?;
+    Ok(())
+}
+
+/// A store for one request. Guest code yields to tokio at every epoch
+/// tick (the deadline itself is a timer around the instance's run, see
+/// `server.rs`); with no ticker running it is never interrupted.
 pub fn new_store(engine: &Engine, shared: &Arc<Shared>) -> Store<HostState> {
-    Store::new(engine, HostState::new(shared))
+    let mut store = Store::new(engine, HostState::new(shared));
+    store.epoch_deadline_async_yield_and_update(1);
+    store
 }
 
 #[cfg(test)]

@@ -3,12 +3,14 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::server::conn::http1;
+use hyper_util::rt::TokioTimer;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
@@ -18,15 +20,91 @@ use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::WasiHttpView;
 
+use crate::conn::{Activity, Tracked};
 use crate::runtime::{new_store, HostState, Shared, MAX_INSTANCES};
+
+/// The request id header.
+const REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
+
+/// How often the connection cap's line may be logged.
+const CAP_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// How long shutdown waits for open connections and running instances.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The server's limits (settings of the host, see the crate documentation).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// The longest an instance may run, after-response work included
+    /// (`REQUEST_TIMEOUT_MS`).
+    pub request_timeout: Duration,
+    /// The longest a client may take to send a request's head
+    /// (`HEADER_READ_TIMEOUT_MS`).
+    pub header_read_timeout: Duration,
+    /// A keep-alive connection that moves no byte for this long between
+    /// requests is closed (`IDLE_TIMEOUT_MS`).
+    pub idle_timeout: Duration,
+    /// Open connections at most (`MAX_CONNECTIONS`).
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            request_timeout: Duration::from_millis(crate::DEFAULT_REQUEST_TIMEOUT_MS),
+            header_read_timeout: Duration::from_millis(crate::DEFAULT_HEADER_READ_TIMEOUT_MS),
+            idle_timeout: Duration::from_millis(crate::DEFAULT_IDLE_TIMEOUT_MS),
+            max_connections: crate::DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// What the server reports about requests.
+#[derive(Debug, Clone)]
+pub struct Observe {
+    /// How request lines are written (`LOG_FORMAT`).
+    pub log_format: crate::accesslog::Format,
+    /// The service's base path (`API_BASE_PATH`), to name routes.
+    pub base_path: String,
+}
+
+impl Default for Observe {
+    fn default() -> Observe {
+        Observe {
+            log_format: crate::accesslog::Format::Text,
+            base_path: "/api".into(),
+        }
+    }
+}
+
+/// The route pattern of `path` under `base` as core's router names it
+/// (`/api/webhooks/{webhookId}`), or `unmatched`: never the raw path, which
+/// may carry ids or tokens.
+pub fn route_pattern(base: &str, path: &str) -> String {
+    use tfa_core::api::router::{resolve, segments};
+    let base = base.trim_end_matches('/');
+    segments(path, base)
+        .and_then(|segs| resolve(&segs))
+        .and_then(|(routes, _)| routes.first().map(|r| format!("{base}{}", r.path)))
+        .unwrap_or_else(|| "unmatched".into())
+}
+
+/// How an instance's run ended.
+enum Outcome {
+    /// The handler returned.
+    Done,
+    /// The handler trapped or a host call failed.
+    Failed,
+    /// Stopped at the deadline.
+    Deadline,
+}
 
 /// Serves the component.
 pub struct Server {
     pre: ProxyPre<HostState>,
     shared: Arc<Shared>,
+    limits: Limits,
+    observe: Observe,
     /// One permit per running instance, held until its after-response
     /// effects are done; shutdown takes them all to wait for those.
     instances: Arc<Semaphore>,
@@ -50,10 +128,17 @@ fn error_response(status: u16, message: &str) -> hyper::Response<HyperOutgoingBo
 
 impl Server {
     /// A server for the pre-instantiated component.
-    pub fn new(pre: ProxyPre<HostState>, shared: Arc<Shared>) -> Server {
+    pub fn new(
+        pre: ProxyPre<HostState>,
+        shared: Arc<Shared>,
+        limits: Limits,
+        observe: Observe,
+    ) -> Server {
         Server {
             pre,
             shared,
+            limits,
+            observe,
             instances: Arc::new(Semaphore::new(MAX_INSTANCES as usize)),
         }
     }
@@ -66,14 +151,41 @@ impl Server {
         local: SocketAddr,
     ) -> Result<hyper::Response<HyperOutgoingBody>, Infallible> {
         let started = crate::now();
+        let mut req = req;
         let method = req.method().to_string();
         let path = req.uri().path().to_string();
-        let resp = self.run(req, peer, local).await;
-        crate::accesslog::line(&format!(
-            "{method} {path} {} {}ms",
-            resp.status().as_u16(),
-            started.elapsed().as_millis()
-        ));
+        // X-Request-Id: the client's when valid, else a new one; the
+        // component sees it as a request header, the client gets it back.
+        let request_id = match req.headers().get(REQUEST_ID) {
+            Some(v) if crate::accesslog::valid_request_id(v.as_bytes()) => v.clone(),
+            _ => http::HeaderValue::from_str(&crate::accesslog::new_request_id())
+                .unwrap_or_else(|_| http::HeaderValue::from_static("invalid")),
+        };
+        req.headers_mut().insert(REQUEST_ID, request_id.clone());
+        let mut resp = self.run(req, peer, local).await;
+        resp.headers_mut().insert(REQUEST_ID, request_id.clone());
+        let metrics = crate::metrics::get();
+        let route =
+            if metrics.is_some() || self.observe.log_format == crate::accesslog::Format::Json {
+                route_pattern(&self.observe.base_path, &path)
+            } else {
+                String::new()
+            };
+        let took = started.elapsed();
+        if let Some(m) = metrics {
+            m.request(&route, &method, resp.status().as_u16(), took);
+        }
+        crate::accesslog::request(
+            self.observe.log_format,
+            &crate::accesslog::Request {
+                method: &method,
+                path: &path,
+                route: &route,
+                request_id: request_id.to_str().unwrap_or_default(),
+                status: resp.status().as_u16(),
+                duration: took,
+            },
+        );
         Ok(resp)
     }
 
@@ -103,13 +215,24 @@ impl Server {
             }
         }
 
-        let kv_label = self
-            .shared
-            .kv_count
-            .then(|| format!("{} {}", req.method(), req.uri().path()));
-        let Ok(permit) = self.instances.clone().acquire_owned().await else {
+        let label = format!(
+            "{} {}",
+            req.method(),
+            crate::accesslog::shown_path(req.uri().path())
+        );
+        let kv_label = self.shared.kv_count.then(|| label.clone());
+        let metrics = crate::metrics::get();
+        if let Some(m) = metrics {
+            m.instances_waiting.inc();
+        }
+        let permit = self.instances.clone().acquire_owned().await;
+        if let Some(m) = metrics {
+            m.instances_waiting.dec();
+        }
+        let Ok(permit) = permit else {
             return error_response(503, "Service unavailable");
         };
+        let in_use = metrics.map(|m| GaugeGuard::inc(&m.instances_in_use));
         let mut store = new_store(self.pre.engine(), &self.shared);
         let kv_ops = kv_label.map(|label| (store.data().kv_ops.clone(), label));
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -126,22 +249,52 @@ impl Server {
             }
         };
         let pre = self.pre.clone();
+        let deadline = self.limits.request_timeout;
+        let answered = Arc::new(AtomicBool::new(false));
+        let answered_task = answered.clone();
         // The instance runs in its own task so that it can go on after the
-        // response (the component's after-response effects).
+        // response (the component's after-response effects), within the
+        // deadline: at the deadline the future is dropped (a looping guest
+        // yields at every epoch tick, see `runtime::new_store`), which
+        // stops the instance and frees its slot; the permit goes with the
+        // task.
         let kv_ops_task = kv_ops.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let _permit = permit;
+            let _in_use = in_use;
             let _log = KvOpsLog(kv_ops_task);
-            let result = async {
+            let started = crate::now();
+            let result = tokio::time::timeout(deadline, async {
                 let proxy = pre.instantiate_async(&mut store).await?;
                 proxy
                     .wasi_http_incoming_handler()
                     .call_handle(&mut store, req, out)
                     .await
-            }
+            })
             .await;
-            if let Err(e) = result {
-                eprintln!("tfa-host: component error: {e:?}");
+            match result {
+                Ok(Ok(())) => Outcome::Done,
+                Ok(Err(e)) => {
+                    eprintln!("tfa-host: component error: {e:?}");
+                    Outcome::Failed
+                }
+                Err(_) => {
+                    crate::log::warn(&format!(
+                        "request deadline exceeded (REQUEST_TIMEOUT_MS={}): {label} \
+                         stopped after {} ms {}; its slot is free",
+                        deadline.as_millis(),
+                        started.elapsed().as_millis(),
+                        if answered_task.load(Ordering::Relaxed) {
+                            "after its response"
+                        } else {
+                            "before any response (answered 503)"
+                        }
+                    ));
+                    if let Some(m) = crate::metrics::get() {
+                        m.deadline_exceeded.inc();
+                    }
+                    Outcome::Deadline
+                }
             }
         });
         let answer = rx.await;
@@ -152,12 +305,19 @@ impl Server {
             ));
         }
         match answer {
-            Ok(Ok(resp)) => resp,
+            Ok(Ok(resp)) => {
+                answered.store(true, Ordering::Relaxed);
+                resp
+            }
             Ok(Err(code)) => {
                 eprintln!("tfa-host: component answered with an error: {code:?}");
                 error_response(500, "Internal server error")
             }
-            Err(_) => error_response(500, "Internal server error"),
+            // No response and the instance is gone: the task has ended.
+            Err(_) => match task.await {
+                Ok(Outcome::Deadline) => error_response(503, "Service unavailable"),
+                _ => error_response(500, "Internal server error"),
+            },
         }
     }
 
@@ -174,8 +334,30 @@ impl Server {
             .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)));
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut conns = JoinSet::new();
+        let limits = self.limits.clone();
+        let slots = Arc::new(Semaphore::new(limits.max_connections));
+        let mut cap_logged: Option<std::time::Instant> = None;
         tokio::pin!(shutdown);
         loop {
+            // A connection slot first: at the cap nothing is accepted, so
+            // new connections wait in the listen backlog.
+            let slot = match slots.clone().try_acquire_owned() {
+                Ok(slot) => slot,
+                Err(_) => {
+                    if cap_logged.is_none_or(|t| t.elapsed() >= CAP_LOG_EVERY) {
+                        cap_logged = Some(crate::now());
+                        crate::log::warn(&format!(
+                            "MAX_CONNECTIONS={} connections open: not accepting more until one \
+                             closes",
+                            limits.max_connections
+                        ));
+                    }
+                    tokio::select! {
+                        _ = &mut shutdown => break,
+                        Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+                    }
+                }
+            };
             tokio::select! {
                 _ = &mut shutdown => break,
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -190,22 +372,48 @@ impl Server {
                     };
                     let server = self.clone();
                     let mut stop = stop_rx.clone();
+                    let limits = limits.clone();
                     conns.spawn(async move {
+                        let _slot = slot;
+                        let _open = crate::metrics::get()
+                            .map(|m| GaugeGuard::inc(&m.connections_open));
+                        let activity = Arc::new(Activity::default());
+                        let act = activity.clone();
                         let svc = hyper::service::service_fn(move |req| {
-                            server.clone().handle(req, peer, local)
+                            let busy = act.request();
+                            let server = server.clone();
+                            async move {
+                                let r = server.handle(req, peer, local).await;
+                                drop(busy);
+                                r
+                            }
                         });
                         let conn = http1::Builder::new()
                             .keep_alive(true)
-                            .serve_connection(TokioIo::new(stream), svc);
+                            .timer(TokioTimer::new())
+                            .header_read_timeout(limits.header_read_timeout)
+                            .serve_connection(
+                                TokioIo::new(Tracked::new(stream, activity.clone())),
+                                svc,
+                            );
                         tokio::pin!(conn);
-                        tokio::select! {
-                            r = conn.as_mut() => {
-                                if let Err(e) = r { log_conn_error(&e) }
-                            }
+                        let r = tokio::select! {
+                            r = conn.as_mut() => r,
                             _ = stop.changed() => {
                                 conn.as_mut().graceful_shutdown();
-                                if let Err(e) = conn.await { log_conn_error(&e) }
+                                conn.await
                             }
+                            _ = activity.idle_for(limits.idle_timeout) => {
+                                crate::log::debug(&format!(
+                                    "connection from {peer} closed: idle for IDLE_TIMEOUT_MS={}",
+                                    limits.idle_timeout.as_millis()
+                                ));
+                                conn.as_mut().graceful_shutdown();
+                                conn.await
+                            }
+                        };
+                        if let Err(e) = r {
+                            log_conn_error(&e, peer, &limits);
                         }
                     });
                 }
@@ -226,6 +434,22 @@ impl Server {
                 DRAIN_TIMEOUT.as_secs()
             );
         }
+    }
+}
+
+/// Holds a gauge one higher until dropped.
+struct GaugeGuard(prometheus::IntGauge);
+
+impl GaugeGuard {
+    fn inc(g: &prometheus::IntGauge) -> GaugeGuard {
+        g.inc();
+        GaugeGuard(g.clone())
+    }
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -250,8 +474,17 @@ fn format_ops(o: [u32; 5]) -> String {
     )
 }
 
-fn log_conn_error(e: &hyper::Error) {
-    if !e.is_incomplete_message() {
-        eprintln!("tfa-host: connection error: {e}");
+fn log_conn_error(e: &hyper::Error, peer: SocketAddr, limits: &Limits) {
+    if e.is_timeout() {
+        if let Some(m) = crate::metrics::get() {
+            m.header_timeouts.inc();
+        }
+        crate::log::warn(&format!(
+            "connection from {peer} closed: no complete request head within \
+             HEADER_READ_TIMEOUT_MS={}",
+            limits.header_read_timeout.as_millis()
+        ));
+    } else if !e.is_incomplete_message() {
+        crate::log::warn(&format!("connection error: {e}"));
     }
 }

@@ -1,0 +1,269 @@
+//! Metrics in the Prometheus text format on a listener of their own
+//! (`METRICS_ADDR`, off by default; loopback addresses only, like the
+//! service's own listener).
+//!
+//! | metric | labels | what |
+//! |---|---|---|
+//! | `tfa_http_requests_total` | `route`, `method`, `status` | requests answered; `route` is core's pattern (`/api/webhooks/{webhookId}`) or `unmatched` |
+//! | `tfa_http_request_duration_seconds` | `route` | histogram, request head to response head |
+//! | `tfa_store_operation_duration_seconds` | `op` | histogram of key-value operations (`get`, `set`, `delete`, `increment`, `other`) |
+//! | `tfa_store_errors_total` | `op` | failed key-value operations |
+//! | `tfa_instances_in_use` | | instance slots running a request (at most 64) |
+//! | `tfa_instances_waiting` | | requests waiting for a slot |
+//! | `tfa_outbound_requests_total` | `kind`, `outcome` | `kind="http"` (SMS gateway, webhooks): `ok` (any status), `error`, `denied`; `kind="smtp"` (connections): `allowed`, `denied` |
+//! | `tfa_request_deadline_exceeded_total` | | instances stopped at `REQUEST_TIMEOUT_MS` |
+//! | `tfa_connections_open` | | open client connections |
+//! | `tfa_header_timeouts_total` | | connections closed at `HEADER_READ_TIMEOUT_MS` |
+
+use std::convert::Infallible;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use prometheus::{
+    Encoder as _, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+
+/// Every metric of the host.
+pub struct Metrics {
+    registry: Registry,
+    /// Requests by route, method, status.
+    pub requests: IntCounterVec,
+    /// Request durations by route.
+    pub request_seconds: HistogramVec,
+    /// Store operation durations by kind.
+    pub store_seconds: HistogramVec,
+    /// Store errors by kind.
+    pub store_errors: IntCounterVec,
+    /// Instance slots in use.
+    pub instances_in_use: IntGauge,
+    /// Requests waiting for a slot.
+    pub instances_waiting: IntGauge,
+    /// Outbound calls by kind and outcome.
+    pub outbound: IntCounterVec,
+    /// Instances stopped at the deadline.
+    pub deadline_exceeded: IntCounter,
+    /// Open client connections.
+    pub connections_open: IntGauge,
+    /// Connections closed at the header-read timeout.
+    pub header_timeouts: IntCounter,
+}
+
+static METRICS: OnceLock<Metrics> = OnceLock::new();
+
+/// The metrics, when `METRICS_ADDR` turned them on.
+pub fn get() -> Option<&'static Metrics> {
+    METRICS.get()
+}
+
+/// Turns metrics on (once; later calls change nothing).
+pub fn enable() -> anyhow::Result<&'static Metrics> {
+    if let Some(m) = METRICS.get() {
+        return Ok(m);
+    }
+    let m = Metrics::new()?;
+    Ok(METRICS.get_or_init(|| m))
+}
+
+const REQUEST_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+const STORE_BUCKETS: &[f64] = &[
+    0.00002, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5,
+    1.0,
+];
+
+impl Metrics {
+    fn new() -> anyhow::Result<Metrics> {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new("tfa_http_requests_total", "Requests answered."),
+            &["route", "method", "status"],
+        )?;
+        let request_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "tfa_http_request_duration_seconds",
+                "From a request's head to its response's head.",
+            )
+            .buckets(REQUEST_BUCKETS.to_vec()),
+            &["route"],
+        )?;
+        let store_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "tfa_store_operation_duration_seconds",
+                "Key-value store operations.",
+            )
+            .buckets(STORE_BUCKETS.to_vec()),
+            &["op"],
+        )?;
+        let store_errors = IntCounterVec::new(
+            Opts::new("tfa_store_errors_total", "Failed key-value operations."),
+            &["op"],
+        )?;
+        let instances_in_use = IntGauge::new("tfa_instances_in_use", "Instance slots in use.")?;
+        let instances_waiting =
+            IntGauge::new("tfa_instances_waiting", "Requests waiting for a slot.")?;
+        let outbound = IntCounterVec::new(
+            Opts::new(
+                "tfa_outbound_requests_total",
+                "Outbound calls of the component.",
+            ),
+            &["kind", "outcome"],
+        )?;
+        let deadline_exceeded = IntCounter::new(
+            "tfa_request_deadline_exceeded_total",
+            "Instances stopped at REQUEST_TIMEOUT_MS.",
+        )?;
+        let connections_open = IntGauge::new("tfa_connections_open", "Open client connections.")?;
+        let header_timeouts = IntCounter::new(
+            "tfa_header_timeouts_total",
+            "Connections closed at HEADER_READ_TIMEOUT_MS.",
+        )?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(request_seconds.clone()))?;
+        registry.register(Box::new(store_seconds.clone()))?;
+        registry.register(Box::new(store_errors.clone()))?;
+        registry.register(Box::new(instances_in_use.clone()))?;
+        registry.register(Box::new(instances_waiting.clone()))?;
+        registry.register(Box::new(outbound.clone()))?;
+        registry.register(Box::new(deadline_exceeded.clone()))?;
+        registry.register(Box::new(connections_open.clone()))?;
+        registry.register(Box::new(header_timeouts.clone()))?;
+        // Every series of the fixed label sets exists from the start (at
+        // zero), so a scrape shows them before the first event.
+        for op in ["get", "set", "delete", "increment", "other"] {
+            store_seconds.with_label_values(&[op]);
+            store_errors.with_label_values(&[op]);
+        }
+        for (kind, outcome) in [
+            ("http", "ok"),
+            ("http", "error"),
+            ("http", "denied"),
+            ("smtp", "allowed"),
+            ("smtp", "denied"),
+        ] {
+            outbound.with_label_values(&[kind, outcome]);
+        }
+        Ok(Metrics {
+            registry,
+            requests,
+            request_seconds,
+            store_seconds,
+            store_errors,
+            instances_in_use,
+            instances_waiting,
+            outbound,
+            deadline_exceeded,
+            connections_open,
+            header_timeouts,
+        })
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            crate::log::error(&format!("metrics: cannot encode: {e}"));
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// Records one answered request.
+    pub fn request(&self, route: &str, method: &str, status: u16, took: Duration) {
+        let code = status.to_string();
+        self.requests
+            .with_label_values(&[route, method_label(method), code.as_str()])
+            .inc();
+        self.request_seconds
+            .with_label_values(&[route])
+            .observe(took.as_secs_f64());
+    }
+
+    /// Records one store operation.
+    pub fn store(&self, op: &str, took: Duration, ok: bool) {
+        self.store_seconds
+            .with_label_values(&[op])
+            .observe(took.as_secs_f64());
+        if !ok {
+            self.store_errors.with_label_values(&[op]).inc();
+        }
+    }
+
+    /// Records one outbound call.
+    pub fn outbound(&self, kind: &str, outcome: &str) {
+        self.outbound.with_label_values(&[kind, outcome]).inc();
+    }
+}
+
+/// The method as a label: the usual ones, else `other` (a client may send
+/// any token as a method; labels must stay few).
+pub fn method_label(method: &str) -> &'static str {
+    match method {
+        "GET" => "GET",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "PATCH" => "PATCH",
+        "DELETE" => "DELETE",
+        "HEAD" => "HEAD",
+        "OPTIONS" => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// Parses `METRICS_ADDR` (`127.0.0.1:9464`; loopback addresses only).
+pub fn parse_addr(v: &str) -> Result<std::net::SocketAddr, String> {
+    let addr: std::net::SocketAddr = v
+        .parse()
+        .map_err(|_| format!("METRICS_ADDR must be IP:PORT, e.g. 127.0.0.1:9464, not {v:?}"))?;
+    if !addr.ip().is_loopback() {
+        return Err(format!(
+            "METRICS_ADDR must be a loopback address (the host listens on loopback only), not {v:?}"
+        ));
+    }
+    Ok(addr)
+}
+
+/// Serves `GET /metrics` on `listener` until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, metrics: &'static Metrics) {
+    use hyper::server::conn::http1;
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(a) => a,
+            Err(e) => {
+                crate::log::warn(&format!("metrics: accept failed: {e}"));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(
+                move |req: hyper::Request<hyper::body::Incoming>| async move {
+                    let mut resp = if req.uri().path() == "/metrics" {
+                        let mut r = hyper::Response::new(Full::new(Bytes::from(metrics.render())));
+                        r.headers_mut().insert(
+                            http::header::CONTENT_TYPE,
+                            http::HeaderValue::from_static(
+                                "text/plain; version=0.0.4; charset=utf-8",
+                            ),
+                        );
+                        r
+                    } else {
+                        hyper::Response::new(Full::new(Bytes::from_static(b"not found\n")))
+                    };
+                    if req.uri().path() != "/metrics" {
+                        *resp.status_mut() = http::StatusCode::NOT_FOUND;
+                    }
+                    Ok::<_, Infallible>(resp)
+                },
+            );
+            let conn = http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(wasmtime_wasi_http::io::TokioIo::new(stream), svc);
+            let _ = conn.await;
+        });
+    }
+}

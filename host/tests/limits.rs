@@ -1,0 +1,221 @@
+//! The local host's limits against a real guest: the request deadline
+//! (`REQUEST_TIMEOUT_MS`) stops a guest that never returns; the
+//! connection limits (`HEADER_READ_TIMEOUT_MS`, `IDLE_TIMEOUT_MS`,
+//! `MAX_CONNECTIONS`) hold against half-open and idle connections.
+
+#![allow(clippy::disallowed_methods)] // the tests time the host with the clock
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use support::{hang_component, Host};
+
+#[test]
+fn a_guest_that_never_returns_is_stopped_at_the_deadline() {
+    let wasm = hang_component();
+    let host = Host::start("deadline", &wasm, &[("REQUEST_TIMEOUT_MS", "2000")]);
+    let port = host.port;
+
+    // A few hanging requests; others are served meanwhile.
+    let t0 = Instant::now();
+    let hanging: Vec<_> = (0..4)
+        .map(|_| std::thread::spawn(move || support::request(port, "GET", "/api/hang", "")))
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    for _ in 0..3 {
+        let (status, head, _) = host.request("GET", "/api/health", "");
+        assert_eq!(status, 200, "{head}");
+    }
+    assert!(
+        hanging.iter().all(|h| !h.is_finished()) && t0.elapsed() < Duration::from_millis(1900),
+        "normal requests were not served while the guests looped ({:?})",
+        t0.elapsed()
+    );
+    for h in hanging {
+        let (status, head, body) = h.join().unwrap();
+        assert_eq!(status, 503, "{head}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"success": false, "error": "Service unavailable"})
+        );
+    }
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(1950) && took < Duration::from_millis(6000),
+        "hanging requests ended after {took:?}"
+    );
+    let line = host
+        .wait_line(
+            true,
+            "request deadline exceeded (REQUEST_TIMEOUT_MS=2000): GET /api/hang",
+            Duration::from_secs(2),
+        )
+        .expect("a deadline line");
+    assert!(
+        line.contains("before any response (answered 503)"),
+        "{line}"
+    );
+
+    // More hanging requests than there are instance slots (64): every one
+    // ends with 503, so the slots are freed and reused.
+    let n = 70;
+    let t0 = Instant::now();
+    let hanging: Vec<_> = (0..n)
+        .map(|_| std::thread::spawn(move || support::request(port, "GET", "/api/hang", "").0))
+        .collect();
+    let statuses: Vec<u16> = hanging.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(statuses.iter().all(|s| *s == 503), "{statuses:?}");
+    // 70 > 64: some waited for a slot, so two deadlines at least.
+    assert!(
+        t0.elapsed() >= Duration::from_millis(3900),
+        "{:?}",
+        t0.elapsed()
+    );
+    let until = Instant::now() + Duration::from_secs(3);
+    while host.count_lines(true, "request deadline exceeded") < 4 + n && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        host.count_lines(true, "request deadline exceeded"),
+        4 + n,
+        "one log line per stopped instance"
+    );
+    // Every slot is back: a normal request is served.
+    let (status, _, _) = host.request("GET", "/api/health", "");
+    assert_eq!(status, 200);
+}
+
+/// Opens a connection and sends half a request line.
+fn half_open(port: u16) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /api/hea").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
+/// Reads until the server closes; the time that took, or None if it
+/// did not within the read timeout.
+fn closed_after(mut s: TcpStream, t0: Instant) -> Option<Duration> {
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return Some(t0.elapsed()),
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Some(t0.elapsed()),
+            Err(_) => return None,
+        }
+    }
+}
+
+#[test]
+fn half_open_connections_are_closed_after_the_header_timeout() {
+    let wasm = hang_component();
+    let host = Host::start(
+        "slowloris",
+        &wasm,
+        &[
+            ("HEADER_READ_TIMEOUT_MS", "1000"),
+            ("IDLE_TIMEOUT_MS", "60000"),
+            ("MAX_CONNECTIONS", "100"),
+        ],
+    );
+    let t0 = Instant::now();
+    let open: Vec<TcpStream> = (0..60).map(|_| half_open(host.port)).collect();
+    // A normal request is served while they are open.
+    let (status, head, _) = host.request("GET", "/api/health", "");
+    assert_eq!(status, 200, "{head}");
+    assert!(t0.elapsed() < Duration::from_millis(900));
+    let closed: Vec<_> = open
+        .into_iter()
+        .map(|s| std::thread::spawn(move || closed_after(s, t0)))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    for c in &closed {
+        let c = c.expect("a half-open connection was still open after 20 s");
+        assert!(
+            c >= Duration::from_millis(950) && c < Duration::from_secs(5),
+            "closed after {c:?}"
+        );
+    }
+    assert!(host
+        .wait_line(
+            true,
+            "closed: no complete request head within HEADER_READ_TIMEOUT_MS=1000",
+            Duration::from_secs(2)
+        )
+        .is_some());
+}
+
+#[test]
+fn at_the_connection_cap_new_connections_wait_unaccepted() {
+    let wasm = hang_component();
+    let host = Host::start(
+        "conncap",
+        &wasm,
+        &[("HEADER_READ_TIMEOUT_MS", "1500"), ("MAX_CONNECTIONS", "5")],
+    );
+    let t0 = Instant::now();
+    let open: Vec<TcpStream> = (0..10).map(|_| half_open(host.port)).collect();
+    let closed: Vec<Duration> = open
+        .into_iter()
+        .map(|s| std::thread::spawn(move || closed_after(s, t0)))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap().expect("closed within 20 s"))
+        .collect();
+    // The first five are accepted at once and closed at the header
+    // timeout; the other five wait in the backlog (their header timer has
+    // not started: never accepted) and are accepted one by one as slots
+    // free, so they are closed a whole timeout later.
+    let first = closed
+        .iter()
+        .filter(|c| **c < Duration::from_millis(2500))
+        .count();
+    assert_eq!(first, 5, "closing times {closed:?}");
+    assert!(
+        closed.iter().all(|c| *c >= Duration::from_millis(1400)),
+        "{closed:?}"
+    );
+    assert!(host
+        .wait_line(
+            true,
+            "MAX_CONNECTIONS=5 connections open: not accepting more",
+            Duration::from_secs(2)
+        )
+        .is_some());
+    // Below the cap again: served.
+    let (status, _, _) = host.request("GET", "/api/health", "");
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn idle_keep_alive_connections_are_closed() {
+    let wasm = hang_component();
+    let host = Host::start(
+        "idle",
+        &wasm,
+        &[
+            ("IDLE_TIMEOUT_MS", "400"),
+            ("HEADER_READ_TIMEOUT_MS", "10000"),
+        ],
+    );
+    let mut s = TcpStream::connect(("127.0.0.1", host.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /api/health HTTP/1.1\r\nHost: h\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 12];
+    s.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    let t0 = Instant::now();
+    let c = closed_after(s, t0).expect("the idle connection was not closed");
+    assert!(
+        c >= Duration::from_millis(350) && c < Duration::from_millis(2000),
+        "closed after {c:?}"
+    );
+}

@@ -1,0 +1,149 @@
+//! The request line: `LOG_FORMAT=json` (one JSON object per request, the
+//! route pattern instead of the raw path), `X-Request-Id` (taken when
+//! valid, else generated; returned; passed to the component), the text
+//! line's path capped and escaped, and `LOG_LEVEL`.
+
+#![allow(clippy::disallowed_methods)] // the tests time the host with the clock
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{hang_component, Host};
+
+fn header<'h>(head: &'h str, name: &str) -> Option<&'h str> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+/// The JSON request lines of stdout so far (every stdout line must be one).
+fn json_lines(host: &Host) -> Vec<serde_json::Value> {
+    host.stdout
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+fn line_for(host: &Host, request_id: &str) -> serde_json::Value {
+    let until = Instant::now() + Duration::from_secs(3);
+    loop {
+        if let Some(v) = json_lines(host)
+            .into_iter()
+            .find(|v| v["request_id"] == request_id)
+        {
+            return v;
+        }
+        assert!(Instant::now() < until, "no line for {request_id}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn json_lines_and_request_ids() {
+    let wasm = hang_component();
+    let host = Host::start("logjson", &wasm, &[("LOG_FORMAT", "json")]);
+
+    // A valid id from the client is kept, returned, and seen by the
+    // component; the line names the route, not the id in the path.
+    let (status, head, body) = host.request(
+        "GET",
+        "/api/webhooks/wh_123456/request-id",
+        "X-Request-Id: client-id.1_A\r\n",
+    );
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(header(&head, "x-request-id"), Some("client-id.1_A"));
+    assert!(body.contains("client-id.1_A"), "{body:?}");
+    let (status, _, _) = host.request(
+        "DELETE",
+        "/api/webhooks/wh_secret_42",
+        "X-Request-Id: rid-2\r\n",
+    );
+    assert_eq!(status, 200);
+    let v = line_for(&host, "rid-2");
+    assert_eq!(v["method"], "DELETE");
+    assert_eq!(v["route"], "/api/webhooks/{webhookId}");
+    assert_eq!(v["status"], 200);
+    assert_eq!(v["level"], "info");
+    assert!(v["duration_ms"].as_f64().is_some_and(|d| d >= 0.0), "{v}");
+    let time = v["time"].as_str().unwrap();
+    assert!(
+        time.len() == 24 && time.ends_with('Z') && time.as_bytes()[10] == b'T',
+        "{time}"
+    );
+    assert!(!v.to_string().contains("wh_secret_42"), "{v}");
+
+    // Invalid ids (a space; 129 characters) are replaced by generated ones.
+    for bad in ["has space", &"a".repeat(129)] {
+        let (status, head, body) = host.request(
+            "GET",
+            "/api/x/request-id",
+            &format!("X-Request-Id: {bad}\r\n"),
+        );
+        assert_eq!(status, 200);
+        let id = header(&head, "x-request-id").expect("an id").to_string();
+        assert_ne!(id, bad);
+        assert!(
+            id.len() <= 128
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)),
+            "{id}"
+        );
+        assert!(body.contains(&id), "the component saw {body:?}, not {id}");
+        assert_eq!(line_for(&host, &id)["route"], "unmatched");
+    }
+    // No id: one is generated.
+    let (_, head, _) = host.request("GET", "/api/health", "");
+    let id = header(&head, "x-request-id").expect("an id");
+    assert_eq!(line_for(&host, id)["route"], "/api/health");
+
+    // A 20 KB path: the line stays short and names no path.
+    let long = format!("/api/{}", "p".repeat(20_000));
+    let (_, head, _) = host.request("GET", &long, "X-Request-Id: long\r\n");
+    assert!(head.starts_with("HTTP/1.1 "), "{head}");
+    let v = line_for(&host, "long");
+    assert!(v.to_string().len() < 400, "{v}");
+}
+
+#[test]
+fn text_lines_are_capped_and_levels_honoured() {
+    let wasm = hang_component();
+    let host = Host::start("logtext", &wasm, &[]);
+    let long = format!("/api/\"q\"{}", "p".repeat(20_000));
+    let (status, _, _) = host.request("GET", &long, "");
+    assert_eq!(status, 200);
+    let line = host
+        .wait_line(false, "GET /api/", Duration::from_secs(3))
+        .expect("a request line");
+    assert!(line.len() < 400, "{} bytes", line.len());
+    assert!(line.starts_with("GET /api/\\x22q\\x22ppp"), "{line}");
+    assert!(line.contains("…(+"), "{line}");
+    assert!(line.ends_with("ms"), "{line}");
+    drop(host);
+
+    // LOG_LEVEL=error: no request lines.
+    let host = Host::start("loglevel", &wasm, &[("LOG_LEVEL", "error")]);
+    for _ in 0..3 {
+        assert_eq!(host.request("GET", "/api/health", "").0, 200);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        host.stdout.lock().unwrap().is_empty(),
+        "{:?}",
+        host.stdout.lock().unwrap()
+    );
+
+    // An unknown level is refused at start.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tfa-host"))
+        .env("LOG_LEVEL", "verbose")
+        .env("PORT", "0")
+        .env("COMPONENT_PATH", &wasm)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("LOG_LEVEL must be"));
+}

@@ -1,0 +1,211 @@
+//! `METRICS_ADDR`: the Prometheus text format on a listener of its own,
+//! scraped during a small load; counters increase, histograms have
+//! buckets, and Prometheus's own Python client parses it (PyPI
+//! `prometheus-client`, installed by this test with pip when missing).
+
+#![allow(clippy::disallowed_methods)] // the tests time the host with the clock
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use support::{real_component, Host};
+
+fn scrape(port: u16) -> String {
+    let (status, head, body) = support::request(port, "GET", "/metrics", "");
+    assert_eq!(status, 200, "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("text/plain; version=0.0.4"),
+        "{head}"
+    );
+    body
+}
+
+/// The value of the sample named `name` with all of `labels`, or 0.
+fn value(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter(|l| labels.iter().all(|x| l.contains(x)))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+/// Parses `text` with prometheus_client's parser; the families found.
+fn python_parse(text: &str) -> Vec<String> {
+    let have = Command::new("python3")
+        .args(["-c", "import prometheus_client"])
+        .status()
+        .expect("python3 must be installed for this test");
+    if !have.success() {
+        let ok = Command::new("python3")
+            .args(["-m", "pip", "install", "--quiet", "prometheus-client"])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "pip install prometheus-client failed");
+    }
+    let path = std::env::temp_dir().join(format!("tfa-metrics-{}.txt", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sys\n\
+             from prometheus_client.parser import text_string_to_metric_families\n\
+             for f in text_string_to_metric_families(open(sys.argv[1]).read()):\n\
+             \x20   print(f.name, f.type, len(f.samples))",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        out.status.success(),
+        "the parser refused the metrics: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn metrics_under_load() {
+    let wasm = real_component();
+    let mport = support::free_port();
+    let maddr = format!("127.0.0.1:{mport}");
+    let host = Host::start(
+        "metrics",
+        &wasm,
+        &[
+            ("METRICS_ADDR", maddr.as_str()),
+            ("RATE_LIMIT_ENABLED", "false"),
+        ],
+    );
+    assert!(host
+        .wait_line(
+            true,
+            &format!("metrics on http://{maddr}/metrics"),
+            Duration::from_secs(1)
+        )
+        .is_some());
+    let port = host.port;
+
+    let before = scrape(mport);
+    let health_before = value(
+        &before,
+        "tfa_http_requests_total",
+        &["route=\"/api/health\"", "status=\"200\""],
+    );
+    let gets_before = value(
+        &before,
+        "tfa_store_operation_duration_seconds_count",
+        &["op=\"get\""],
+    );
+    // A small load: 4 threads × 25 requests, scraped meanwhile.
+    let load: Vec<_> = (0..4)
+        .map(|i| {
+            std::thread::spawn(move || {
+                for _ in 0..25 {
+                    let path = if i == 0 {
+                        "/api/webhooks/wh_1"
+                    } else {
+                        "/api/health"
+                    };
+                    let want = if i == 0 { 401 } else { 200 };
+                    assert_eq!(support::request(port, "GET", path, "").0, want);
+                }
+            })
+        })
+        .collect();
+    let during = scrape(mport);
+    for t in load {
+        t.join().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let after = scrape(mport);
+
+    let health = |t: &str| {
+        value(
+            t,
+            "tfa_http_requests_total",
+            &["route=\"/api/health\"", "status=\"200\""],
+        )
+    };
+    assert!(health(&during) >= health_before);
+    assert_eq!(health(&after) - health_before, 75.0, "{after}");
+    assert_eq!(
+        value(
+            &after,
+            "tfa_http_requests_total",
+            &["route=\"/api/webhooks/{webhookId}\"", "method=\"GET\""]
+        ),
+        25.0
+    );
+    assert_eq!(
+        value(
+            &after,
+            "tfa_http_requests_total",
+            &["route=\"/api/webhooks/{webhookId}\"", "status=\"401\""]
+        ),
+        25.0
+    );
+    // Health reads the store: store reads were timed.
+    let gets = value(
+        &after,
+        "tfa_store_operation_duration_seconds_count",
+        &["op=\"get\""],
+    );
+    assert!(gets - gets_before >= 75.0, "{gets_before} → {gets}");
+    assert!(after.contains("tfa_store_operation_duration_seconds_bucket{op=\"get\",le=\"0.001\"}"));
+    // The histogram: buckets, cumulative, +Inf equal to the count.
+    let buckets: Vec<f64> = after
+        .lines()
+        .filter(|l| {
+            l.starts_with("tfa_http_request_duration_seconds_bucket{")
+                && l.contains("route=\"/api/health\"")
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(buckets.len() >= 10, "{after}");
+    assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
+    assert_eq!(
+        *buckets.last().unwrap(),
+        value(
+            &after,
+            "tfa_http_request_duration_seconds_count",
+            &["route=\"/api/health\""]
+        )
+    );
+    assert_eq!(value(&after, "tfa_instances_in_use", &[]), 0.0);
+    assert_eq!(value(&after, "tfa_instances_waiting", &[]), 0.0);
+    for name in [
+        "tfa_store_operation_duration_seconds",
+        "tfa_store_errors_total",
+        "tfa_outbound_requests_total",
+        "tfa_connections_open",
+    ] {
+        assert!(
+            after.contains(&format!("# TYPE {name} ")),
+            "no {name} in {after}"
+        );
+    }
+
+    let families = python_parse(&after);
+    for f in [
+        "tfa_http_requests counter",
+        "tfa_http_request_duration_seconds histogram",
+        "tfa_instances_in_use gauge",
+    ] {
+        assert!(
+            families.iter().any(|l| l.starts_with(f)),
+            "{f} not parsed: {families:?}"
+        );
+    }
+    // Anything but /metrics is 404.
+    assert_eq!(support::request(mport, "GET", "/", "").0, 404);
+}

@@ -1,0 +1,239 @@
+//! Shared by the operating tests (`limits.rs`, `logs.rs`, `metrics.rs`):
+//! the test floor component and a `tfa-host` process started and stopped
+//! by the test, on 127.0.0.1.
+
+#![allow(dead_code)] // each test file uses a part
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_path_buf()
+}
+
+/// The bench floor component built with its test-only routes (`/hang`, `/request-id`)
+/// (`TFA_HANG_WASM`, else built once into `target/hang-build`, a target
+/// directory of its own so it never waits on this test's cargo lock).
+pub fn hang_component() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            if let Some(p) = std::env::var_os("TFA_HANG_WASM") {
+                return PathBuf::from(p);
+            }
+            let root = workspace_root();
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root.join("target"))
+                .join("hang-build");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let status = Command::new(cargo)
+                .args([
+                    "build",
+                    "--release",
+                    "--target",
+                    "wasm32-wasip2",
+                    "-p",
+                    "tfa-bench-floor",
+                    "--features",
+                    "test-routes",
+                ])
+                .env("CARGO_TARGET_DIR", &target)
+                .current_dir(&root)
+                .status()
+                .expect("run cargo");
+            assert!(status.success(), "building the floor component failed");
+            let wasm = target.join("wasm32-wasip2/release/tfa_bench_floor.wasm");
+            assert!(wasm.exists(), "{} was not produced", wasm.display());
+            wasm
+        })
+        .clone()
+}
+
+pub struct Host {
+    child: Child,
+    pub port: u16,
+    pub stdout: Arc<Mutex<Vec<String>>>,
+    pub stderr: Arc<Mutex<Vec<String>>>,
+    data: PathBuf,
+}
+
+impl Host {
+    /// Starts `tfa-host` serving `wasm` with the settings `pairs`; waits
+    /// (at most 600 s: the first start compiles) for its listening line.
+    pub fn start(name: &str, wasm: &Path, pairs: &[(&str, &str)]) -> Host {
+        let data = std::env::temp_dir().join(format!("tfa-host-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data);
+        let cache = std::env::temp_dir().join("tfa-host-ops-cache");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tfa-host"));
+        for n in tfa_core::contract::config::SETTING_NAMES {
+            cmd.env_remove(n);
+        }
+        for n in [
+            "KV_URL",
+            "TFA_FAIL_STORE_AFTER",
+            "REQUEST_TIMEOUT_MS",
+            "HEADER_READ_TIMEOUT_MS",
+            "IDLE_TIMEOUT_MS",
+            "MAX_CONNECTIONS",
+            "LOG_FORMAT",
+            "METRICS_ADDR",
+            "KV_CA_FILE",
+        ] {
+            cmd.env_remove(n);
+        }
+        cmd.env("PORT", "0")
+            .env("DATA_DIR", &data)
+            .env("CACHE_DIR", &cache)
+            .env("COMPONENT_PATH", wasm)
+            .env_remove("SPIN_MANIFEST")
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        for (k, v) in pairs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start tfa-host");
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let out = child.stdout.take().unwrap();
+        let sink = stdout.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let err = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("[tfa-host] {line}");
+                if let Some(addr) = line.strip_prefix("tfa-host: listening on http://") {
+                    let _ = tx.send(addr.rsplit(':').next().unwrap().parse::<u16>().unwrap());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let port = rx
+            .recv_timeout(Duration::from_secs(600))
+            .expect("tfa-host did not start listening");
+        Host {
+            child,
+            port,
+            stdout,
+            stderr,
+            data,
+        }
+    }
+
+    /// One request on a new connection; (status, head, body).
+    pub fn request(&self, method: &str, path: &str, extra_headers: &str) -> (u16, String, String) {
+        request(self.port, method, path, extra_headers)
+    }
+
+    /// Waits up to `within` for a line of stdout (`err`: stderr) with
+    /// `needle`.
+    pub fn wait_line(&self, err: bool, needle: &str, within: Duration) -> Option<String> {
+        let until = Instant::now() + within;
+        loop {
+            let lines = if err { &self.stderr } else { &self.stdout };
+            if let Some(l) = lines.lock().unwrap().iter().find(|l| l.contains(needle)) {
+                return Some(l.clone());
+            }
+            if Instant::now() > until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn count_lines(&self, err: bool, needle: &str) -> usize {
+        let lines = if err { &self.stderr } else { &self.stdout };
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.data);
+    }
+}
+
+/// One request with `Connection: close`; (status, head, body).
+pub fn request(port: u16, method: &str, path: &str, extra_headers: &str) -> (u16, String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n{extra_headers}Content-Length: 0\r\n\r\n",
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("not an HTTP response: {text:?}"));
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_string(), body.to_string())
+}
+
+/// The real component (`TFA_COMPONENT_WASM`, else
+/// `target/wasm32-wasip2/release/spin_app.wasm`, else built once into
+/// `target/smoke-build` as `smoke.rs` does).
+pub fn real_component() -> PathBuf {
+    if let Some(p) = std::env::var_os("TFA_COMPONENT_WASM") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let built = target.join("wasm32-wasip2/release/spin_app.wasm");
+    if built.exists() {
+        return built;
+    }
+    let own = target.join("smoke-build");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--target",
+            "wasm32-wasip2",
+            "--release",
+            "-p",
+            "spin-app",
+        ])
+        .env("CARGO_TARGET_DIR", &own)
+        .current_dir(workspace_root())
+        .status()
+        .expect("run cargo");
+    assert!(status.success(), "building the component failed");
+    own.join("wasm32-wasip2/release/spin_app.wasm")
+}
+
+/// A free port on 127.0.0.1 (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
