@@ -4,8 +4,9 @@
 # SMTP and hardening tests, short fuzzing of core, the end-to-end tests of the real component in the
 # local host (SQLite, Redis; its stores emulate Spin 4.0.2's), the same
 # scenarios under real Spin when SPIN_BIN is set, the Envoy filter in a proxy-wasm host and in real
-# Envoy, contract tests of the OpenAPI document with Schemathesis, the README's
-# commands, and the browser/Node signature package in Node and headless Chromium.
+# Envoy, passkeys in headless Chromium with a virtual authenticator, contract
+# tests of the OpenAPI document with Schemathesis, the README's commands, and
+# the browser/Node signature package in Node and headless Chromium.
 # Idempotent; installs what it needs (rustup targets, Debian and PyPI
 # packages, npm dev dependencies). Each artefact is built once per run.
 set -euo pipefail
@@ -72,6 +73,9 @@ ls -l "$TFA_COMPONENT_WASM" "$TFA_FILTER_WASM" "$TFA_HOST_BIN"
 
 step "cargo test --workspace (core, host, component, filter, end-to-end)"
 cargo test --workspace
+
+step "passkeys in real headless Chromium (virtual authenticator) and real Envoy"
+./scripts/test-passkeys.sh
 
 step "end-to-end under real Spin (when SPIN_BIN names a Spin binary; skipped otherwise)"
 ./scripts/test-spin.sh

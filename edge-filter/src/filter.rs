@@ -341,9 +341,16 @@ impl HttpContext for Filter {
         }
         let (html, original) = refusal();
         Metrics::inc(self.metrics.introspection_calls);
+        // The request's id (Envoy sets or keeps `x-request-id`) goes with
+        // the call, so the API's log line of the introspection matches the
+        // request it was made for.
+        let mut call_headers = introspect::request_headers(intro);
+        if let Some(id) = headers.text("x-request-id") {
+            call_headers.push(("x-request-id", id));
+        }
         match hostcalls::dispatch_http_call(
             &intro.cluster,
-            introspect::request_headers(intro),
+            call_headers,
             Some(&introspect::request_body(&token)),
             Vec::new(),
             Duration::from_millis(intro.timeout_ms),

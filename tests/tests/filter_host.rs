@@ -504,11 +504,16 @@ fn hostile_inputs_do_not_trap() {
 fn introspection_active_is_cached_for_the_positive_ttl() {
     let mut p = plugin(&introspection_config(false));
     let t = token(true, NOW);
-    let mut h = get("/app/x", &[bearer(&t)]);
+    let mut h = get(
+        "/app/x",
+        &[bearer(&t), ("x-request-id", "req-4f2a9c-0001".into())],
+    );
     h.extend(forged());
     let o = send(&mut p, &h);
     let call = o.call().expect("paused on one introspection call").clone();
     assert_eq!(call.upstream, "tfa_api");
+    // The request's id travels with the call (the API logs it).
+    assert_eq!(call.header("x-request-id"), Some("req-4f2a9c-0001"));
     assert_eq!(call.header(":method"), Some("POST"));
     assert_eq!(call.header(":path"), Some("/api/auth/introspect"));
     assert_eq!(call.header(":authority"), Some("api.internal"));
