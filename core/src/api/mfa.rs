@@ -292,10 +292,31 @@ pub fn verify(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         return Err(ApiError::InvalidCode);
     };
     let (tokens, _) = exchange(ctx, &claims, spend)?;
+    Ok(verified(
+        ctx,
+        &user,
+        &tokens,
+        trust,
+        name,
+        json!({ "method": only.unwrap_or("code"), "trustDevice": trust }),
+    ))
+}
+
+/// The answer of a passed second step (`/2fa/verify`, `/2fa/verify-webauthn`):
+/// the session's tokens and the user, plus a device token when `trust` asks
+/// for one, and the `2fa_verified` audit record with `detail`.
+pub fn verified(
+    ctx: &mut Ctx,
+    user: &UserRecord,
+    tokens: &sessions::Tokens,
+    trust: bool,
+    name: Option<String>,
+    detail: serde_json::Value,
+) -> Outcome {
     let mut data = json!({
         "accessToken": tokens.access,
         "refreshToken": tokens.refresh,
-        "user": user_json(&user),
+        "user": user_json(user),
     });
     if trust {
         // The session is issued already: a device that cannot be stored is
@@ -308,13 +329,8 @@ pub fn verify(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
             )),
         }
     }
-    ctx.audit(
-        Some(&user.id),
-        "2fa_verified",
-        true,
-        json!({ "method": only.unwrap_or("code"), "trustDevice": trust }),
-    );
-    Ok(Outcome::Done(web::ok(200, data)))
+    ctx.audit(Some(&user.id), "2fa_verified", true, detail);
+    Outcome::Done(web::ok(200, data))
 }
 
 /// `POST /2fa/verify-backup-code` (also `/2fa/verify-backup`); the code may

@@ -583,27 +583,14 @@ pub fn verify_login(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
             backed_up: assertion.backed_up,
         },
     )?;
-    let mut data = json!({
-        "accessToken": tokens.access,
-        "refreshToken": tokens.refresh,
-        "user": crate::api::users::user_json(&user),
-    });
-    if trust {
-        match crate::api::devices::trust(ctx, &user.id, name) {
-            Ok(t) => data["deviceToken"] = json!(t),
-            Err(e) => ctx.log(format!(
-                "trusted device for user {} not stored: {e:?}",
-                user.id
-            )),
-        }
-    }
-    ctx.audit(
-        Some(&user.id),
-        "2fa_verified",
-        true,
+    Ok(mfa::verified(
+        ctx,
+        &user,
+        &tokens,
+        trust,
+        name,
         json!({ "method": "webauthn", "credentialId": id, "trustDevice": trust }),
-    );
-    Ok(Outcome::Done(web::ok(200, data)))
+    ))
 }
 
 // ---------------------------------------------------------------------------
