@@ -384,16 +384,21 @@ mod tests {
         assert_eq!(extract_token(Some(b"\xff"), &[b"\xff"], Some("tok")), None);
     }
 
-    #[test]
-    fn token_checks() {
-        let keys = TokenKeys::new(
+    /// The API's keys for the tests' tokens (access secret `acc`).
+    fn issuer() -> TokenKeys {
+        TokenKeys::new(
             b"acc",
             b"r",
             b"t",
             b"d",
             "two-factor-auth",
             "two-factor-auth-api",
-        );
+        )
+    }
+
+    #[test]
+    fn token_checks() {
+        let keys = issuer();
         let c = cfg(serde_json::json!({"secrets": ["other", "acc"], "clock_skew_secs": 10}));
         let v = verifier(&c);
         let extra = |mfa| Extra {
@@ -440,14 +445,7 @@ mod tests {
 
     #[test]
     fn phishing_resistant_needs_a_webauthn_amr() {
-        let keys = TokenKeys::new(
-            b"acc",
-            b"r",
-            b"t",
-            b"d",
-            "two-factor-auth",
-            "two-factor-auth-api",
-        );
+        let keys = issuer();
         let c = cfg(serde_json::json!({
             "secrets": ["acc"],
             "forward_claims": {"sub": "x-user-id", "amr": "x-user-amr"}
