@@ -6,77 +6,25 @@
 //! separate target directory, so it never waits on this test's own cargo
 //! lock).
 
-use std::io::{BufRead, BufReader, Read, Write};
+// The shared support module's bounded waits read the clock, as the other
+// host tests allow.
+#![allow(clippy::disallowed_methods)]
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::process::{Child, Command};
 use std::time::Duration;
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ has a parent")
-        .to_path_buf()
-}
+mod support;
 
-fn component() -> PathBuf {
-    if let Some(p) = std::env::var_os("TFA_COMPONENT_WASM") {
-        return PathBuf::from(p);
-    }
-    let root = workspace_root();
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let built = target.join("wasm32-wasip2/release/spin_app.wasm");
-    if built.exists() {
-        return built;
-    }
-    let own_target = target.join("smoke-build");
-    let wasm = own_target.join("wasm32-wasip2/release/spin_app.wasm");
-    eprintln!(
-        "smoke: {} is missing; building the component…",
-        built.display()
-    );
-    // The target may be missing on a fresh machine.
-    let installed = Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2"))
-        .unwrap_or(true);
-    if !installed {
-        let ok = Command::new("rustup")
-            .args(["target", "add", "wasm32-wasip2"])
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        assert!(ok, "rustup target add wasm32-wasip2 failed");
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--target",
-            "wasm32-wasip2",
-            "--release",
-            "-p",
-            "spin-app",
-        ])
-        .env("CARGO_TARGET_DIR", &own_target)
-        .current_dir(&root)
-        .status()
-        .expect("run cargo");
-    assert!(status.success(), "building the component failed");
-    assert!(wasm.exists(), "{} was not produced", wasm.display());
-    wasm
-}
+use support::{real_component as component, spawn_listening, workspace_root, Lines};
 
 struct Host {
     child: Child,
     port: u16,
-    stdout: Arc<Mutex<Vec<String>>>,
-    stderr: Arc<Mutex<Vec<String>>>,
+    stdout: Lines,
+    stderr: Lines,
 }
 
 impl Host {
@@ -85,42 +33,13 @@ impl Host {
         for name in tfa_core::contract::config::SETTING_NAMES {
             cmd.env_remove(name);
         }
-        let mut child = cmd
-            .env("PORT", "0")
+        cmd.env("PORT", "0")
             .env("DATA_DIR", data_dir)
             .env("COMPONENT_PATH", wasm)
             .env("SPIN_MANIFEST", workspace_root().join("spin.toml"))
             .env_remove("KV_URL")
-            .env_remove("TFA_FAIL_STORE_AFTER")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start tfa-host");
-        let stdout = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let out = child.stdout.take().unwrap();
-        let sink = stdout.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let err = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                eprintln!("[tfa-host] {line}");
-                if let Some(addr) = line.strip_prefix("tfa-host: listening on http://") {
-                    let _ = tx.send(addr.rsplit(':').next().unwrap().parse::<u16>().unwrap());
-                }
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let port = rx
-            .recv_timeout(Duration::from_secs(600))
-            .expect("tfa-host did not start listening");
+            .env_remove("TFA_FAIL_STORE_AFTER");
+        let (child, port, stdout, stderr) = spawn_listening(&mut cmd);
         Host {
             child,
             port,

@@ -99,36 +99,7 @@ impl Host {
         for (k, v) in pairs {
             cmd.env(k, v);
         }
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start tfa-host");
-        let stdout = Arc::new(Mutex::new(Vec::new()));
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let out = child.stdout.take().unwrap();
-        let sink = stdout.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let err = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                eprintln!("[tfa-host] {line}");
-                if let Some(addr) = line.strip_prefix("tfa-host: listening on http://") {
-                    let _ = tx.send(addr.rsplit(':').next().unwrap().parse::<u16>().unwrap());
-                }
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let port = rx
-            .recv_timeout(Duration::from_secs(600))
-            .expect("tfa-host did not start listening");
+        let (child, port, stdout, stderr) = spawn_listening(&mut cmd);
         Host {
             child,
             port,
@@ -178,6 +149,46 @@ impl Drop for Host {
     }
 }
 
+/// Lines a child process wrote, collected as they come.
+pub type Lines = Arc<Mutex<Vec<String>>>;
+
+/// Spawns `cmd` (a `tfa-host`), collects its stdout and stderr lines (stderr
+/// also echoed with a `[tfa-host]` prefix), and waits (at most 600 s: the
+/// first start compiles) for its `listening on` line; the port it names.
+pub fn spawn_listening(cmd: &mut Command) -> (Child, u16, Lines, Lines) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tfa-host");
+    let stdout: Lines = Arc::new(Mutex::new(Vec::new()));
+    let stderr: Lines = Arc::new(Mutex::new(Vec::new()));
+    let out = child.stdout.take().unwrap();
+    let sink = stdout.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    let err = child.stderr.take().unwrap();
+    let sink = stderr.clone();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("[tfa-host] {line}");
+            if let Some(addr) = line.strip_prefix("tfa-host: listening on http://") {
+                let _ = tx.send(addr.rsplit(':').next().unwrap().parse::<u16>().unwrap());
+            }
+            sink.lock().unwrap().push(line);
+        }
+    });
+    let port = rx
+        .recv_timeout(Duration::from_secs(600))
+        .expect("tfa-host did not start listening");
+    (child, port, stdout, stderr)
+}
+
 /// One request with `Connection: close`; (status, head, body).
 pub fn request(port: u16, method: &str, path: &str, extra_headers: &str) -> (u16, String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -198,7 +209,7 @@ pub fn request(port: u16, method: &str, path: &str, extra_headers: &str) -> (u16
 
 /// The real component (`TFA_COMPONENT_WASM`, else
 /// `target/wasm32-wasip2/release/spin_app.wasm`, else built once into
-/// `target/smoke-build` as `smoke.rs` does).
+/// `target/smoke-build`, adding the rustup target on a fresh machine).
 pub fn real_component() -> PathBuf {
     if let Some(p) = std::env::var_os("TFA_COMPONENT_WASM") {
         return PathBuf::from(p);
@@ -211,6 +222,24 @@ pub fn real_component() -> PathBuf {
         return built;
     }
     let own = target.join("smoke-build");
+    eprintln!(
+        "host tests: {} is missing; building the component…",
+        built.display()
+    );
+    // The target may be missing on a fresh machine.
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2"))
+        .unwrap_or(true);
+    if !installed {
+        let ok = Command::new("rustup")
+            .args(["target", "add", "wasm32-wasip2"])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "rustup target add wasm32-wasip2 failed");
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .args([
@@ -226,7 +255,9 @@ pub fn real_component() -> PathBuf {
         .status()
         .expect("run cargo");
     assert!(status.success(), "building the component failed");
-    own.join("wasm32-wasip2/release/spin_app.wasm")
+    let wasm = own.join("wasm32-wasip2/release/spin_app.wasm");
+    assert!(wasm.exists(), "{} was not produced", wasm.display());
+    wasm
 }
 
 /// A free port on 127.0.0.1 (bound, then released).
