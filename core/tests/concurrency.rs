@@ -3,59 +3,13 @@
 
 mod common;
 
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 
 use common::*;
 use serde_json::json;
 use tfa_core::plumbing::lock::LEASE_MS;
-use tfa_core::testing::{test_config, Harness, InterleavingStore, MemoryStore, SeededRng, T0_MS};
-use tfa_core::{Env, Request, Response, Service, Step};
-
-/// Runs `reqs` at once, one thread each, all against `store`.
-fn concurrently(
-    service: &Arc<Service>,
-    store: &Arc<InterleavingStore<MemoryStore>>,
-    now_ms: u64,
-    reqs: Vec<Request>,
-) -> Vec<Response> {
-    let timed = reqs.into_iter().map(|r| (now_ms, r)).collect();
-    concurrently_at(service, store, timed)
-}
-
-/// [`concurrently`], each request with its own clock reading (instances
-/// whose clocks differ).
-fn concurrently_at(
-    service: &Arc<Service>,
-    store: &Arc<InterleavingStore<MemoryStore>>,
-    reqs: Vec<(u64, Request)>,
-) -> Vec<Response> {
-    let barrier = Arc::new(Barrier::new(reqs.len()));
-    let handles: Vec<_> = reqs
-        .into_iter()
-        .enumerate()
-        .map(|(i, (now_ms, req))| {
-            let (service, store, barrier) = (service.clone(), store.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                let mut rng = SeededRng::new(1000 + i as u64);
-                let mut env = Env {
-                    store: &*store,
-                    rng: &mut rng,
-                    now_ms,
-                };
-                barrier.wait();
-                let Step::Respond(reply) = service.handle(&mut env, &req) else {
-                    panic!("no delivery expected")
-                };
-                service.complete(&mut env, reply.effects);
-                reply.response
-            })
-        })
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().expect("no panic"))
-        .collect()
-}
+use tfa_core::testing::{test_config, Harness, InterleavingStore, MemoryStore, T0_MS};
+use tfa_core::Service;
 
 type Shared = Arc<InterleavingStore<MemoryStore>>;
 

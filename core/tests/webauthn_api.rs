@@ -5,15 +5,15 @@
 
 mod common;
 
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 
 use common::*;
 use ed25519_dalek::Signer as _;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tfa_core::crypto::webauthn::{b64url_decode, b64url_encode};
-use tfa_core::testing::{test_config, Harness, InterleavingStore, MemoryStore, SeededRng};
-use tfa_core::{Env, Request, Response, Service, Step, Store};
+use tfa_core::testing::{test_config, Harness, InterleavingStore, MemoryStore};
+use tfa_core::{Request, Response, Service, Store};
 
 const ORIGIN: &str = "http://localhost:3001";
 const RP_ID: &str = "localhost";
@@ -486,39 +486,21 @@ fn two_simultaneous_verifications_of_one_challenge_one_succeeds() {
             Authenticator::eddsa(20 + 2 * round).register(&challenge, ORIGIN, 0x01),
             Authenticator::es256(21 + 2 * round).register(&challenge, ORIGIN, 0x01),
         ];
-        let barrier = Arc::new(Barrier::new(2));
-        let handles: Vec<_> = creds
+        let reqs = creds
             .into_iter()
-            .enumerate()
-            .map(|(i, cred)| {
-                let (service, store, barrier) = (service.clone(), store.clone(), barrier.clone());
-                let req = bearer(
+            .map(|cred| {
+                bearer(
                     post(
                         "/2fa/webauthn/register/verify",
                         json!({ "credential": cred }),
                     ),
                     &u.access,
-                );
-                let now_ms = h.now_ms;
-                std::thread::spawn(move || {
-                    let mut rng = SeededRng::new(500 + i as u64);
-                    let mut env = Env {
-                        store: &*store,
-                        rng: &mut rng,
-                        now_ms,
-                    };
-                    barrier.wait();
-                    let Step::Respond(reply) = service.handle(&mut env, &req) else {
-                        panic!("no delivery expected")
-                    };
-                    service.complete(&mut env, reply.effects);
-                    reply.response
-                })
+                )
             })
             .collect();
-        let statuses: Vec<u16> = handles
-            .into_iter()
-            .map(|t| t.join().expect("no panic").status)
+        let statuses: Vec<u16> = concurrently(&service, &store, h.now_ms, reqs)
+            .iter()
+            .map(|r| r.status)
             .collect();
         let ok = statuses.iter().filter(|s| **s == 201).count();
         assert_eq!(ok, 1, "round {round}: {statuses:?}");

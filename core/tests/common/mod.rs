@@ -2,10 +2,12 @@
 //! every flow starts with (register, enable TOTP, log in).
 #![allow(dead_code)]
 
+use std::sync::{Arc, Barrier};
+
 use serde_json::{json, Value};
 use tfa_core::crypto::totp;
-use tfa_core::testing::Harness;
-use tfa_core::{Request, Response, Store};
+use tfa_core::testing::{Harness, InterleavingStore, MemoryStore, SeededRng};
+use tfa_core::{Env, Request, Response, Service, Step, Store};
 
 pub const PASSWORD: &str = "Str0ng!Passw0rd";
 
@@ -165,5 +167,51 @@ pub fn changed_keys(
     keys.into_iter()
         .filter(|k| before.get(*k) != after.get(*k))
         .cloned()
+        .collect()
+}
+
+/// Runs `reqs` at once, one thread each, all against `store`.
+pub fn concurrently(
+    service: &Arc<Service>,
+    store: &Arc<InterleavingStore<MemoryStore>>,
+    now_ms: u64,
+    reqs: Vec<Request>,
+) -> Vec<Response> {
+    let timed = reqs.into_iter().map(|r| (now_ms, r)).collect();
+    concurrently_at(service, store, timed)
+}
+
+/// [`concurrently`], each request with its own clock reading (instances
+/// whose clocks differ).
+pub fn concurrently_at(
+    service: &Arc<Service>,
+    store: &Arc<InterleavingStore<MemoryStore>>,
+    reqs: Vec<(u64, Request)>,
+) -> Vec<Response> {
+    let barrier = Arc::new(Barrier::new(reqs.len()));
+    let handles: Vec<_> = reqs
+        .into_iter()
+        .enumerate()
+        .map(|(i, (now_ms, req))| {
+            let (service, store, barrier) = (service.clone(), store.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut rng = SeededRng::new(1000 + i as u64);
+                let mut env = Env {
+                    store: &*store,
+                    rng: &mut rng,
+                    now_ms,
+                };
+                barrier.wait();
+                let Step::Respond(reply) = service.handle(&mut env, &req) else {
+                    panic!("no delivery expected")
+                };
+                service.complete(&mut env, reply.effects);
+                reply.response
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("no panic"))
         .collect()
 }
