@@ -392,7 +392,7 @@ fn verify_token(
     policy: &Policy<'_>,
     now_secs: u64,
 ) -> Result<Claims, TokenError> {
-    let (message, signature) = check_shape_and_header(token)?;
+    let (message, payload, signature) = check_shape_and_header(token)?;
     if !keys.iter().any(|mac| {
         mac.clone()
             .chain_update(message.as_bytes())
@@ -401,11 +401,6 @@ fn verify_token(
     }) {
         return Err(TokenError::BadSignature);
     }
-    // The payload: the part between the two dots.
-    let payload = message
-        .split_once('.')
-        .map(|(_, p)| p)
-        .ok_or(TokenError::Malformed)?;
     let payload = URL_SAFE_NO_PAD
         .decode(payload)
         .map_err(|_| TokenError::Malformed)?;
@@ -420,15 +415,15 @@ fn verify_token(
 /// base64url JSON object header with `alg` exactly `"HS256"`, none of the
 /// refused parameters, string `typ`, `cty` and `kid` if present, and a
 /// signature part that decodes to 32 bytes. Returns the signed message
-/// (`header.payload`) and the signature.
-fn check_shape_and_header(token: &str) -> Result<(&str, [u8; HS256_LEN]), TokenError> {
+/// (`header.payload`), the payload part (still base64url) and the signature.
+fn check_shape_and_header(token: &str) -> Result<(&str, &str, [u8; HS256_LEN]), TokenError> {
     let mut parts = token.split('.');
-    let (Some(header), Some(_payload), Some(signature), None) =
+    let (Some(header), Some(payload), Some(signature), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return Err(TokenError::Malformed);
     };
-    let message = &token[..header.len() + 1 + _payload.len()];
+    let message = &token[..header.len() + 1 + payload.len()];
     let header = URL_SAFE_NO_PAD
         .decode(header)
         .map_err(|_| TokenError::Malformed)?;
@@ -455,7 +450,7 @@ fn check_shape_and_header(token: &str) -> Result<(&str, [u8; HS256_LEN]), TokenE
         Ok(HS256_LEN) => {
             let mut tag = [0u8; HS256_LEN];
             tag.copy_from_slice(&buf[..HS256_LEN]);
-            Ok((message, tag))
+            Ok((message, payload, tag))
         }
         _ => Err(TokenError::BadSignature),
     }
