@@ -62,6 +62,7 @@ impl Service {
     ) -> Step {
         let s = *pending.0;
         let mut ctx = Ctx::resumed(&self.config, env, &s.req, s.headers, s.effects, s.ip, s.ua);
+        ctx.user_id = s.user_id;
         let out = s.send.finish(&mut ctx, result);
         self.conclude(ctx, out)
     }
@@ -131,6 +132,7 @@ impl Service {
         Reply {
             response,
             effects: ctx.effects,
+            user_id: ctx.user_id,
         }
     }
 }

@@ -306,6 +306,8 @@ pub struct Harness<S: Store = MemoryStore> {
     pub webhook_calls: Vec<crate::api::webhooks::WebhookCall>,
     /// Answers for the next webhook calls (then 200).
     pub webhook_answers: std::collections::VecDeque<Result<u16, String>>,
+    /// The last reply's [`crate::Reply::user_id`] (what a host logs).
+    pub last_user_id: Option<String>,
     rng: SeededRng,
 }
 
@@ -376,6 +378,7 @@ impl<S: Store> Harness<S> {
             log: Vec::new(),
             webhook_calls: Vec::new(),
             webhook_answers: Default::default(),
+            last_user_id: None,
             rng: SeededRng::new(42),
         }
     }
@@ -416,6 +419,7 @@ impl<S: Store> Harness<S> {
                 }
             }
         };
+        self.last_user_id = reply.user_id;
         let done = self.service.complete(&mut env, reply.effects);
         self.log.extend(done.log);
         for call in done.webhooks {

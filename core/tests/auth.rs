@@ -458,3 +458,55 @@ fn sessions_list_delete_and_revoke_all() {
         );
     }
 }
+
+/// The user a reply names for the operator's log (`Reply::user_id`): set
+/// once a credential proved it or tokens were issued, never for a failed
+/// attempt (a host may show it; it must tell nothing the client lacks).
+#[test]
+fn replies_name_the_proven_user_for_the_log() {
+    let mut h = Harness::new();
+    let alice = register(&mut h, "alice");
+    assert_eq!(h.last_user_id.as_deref(), Some(alice.id.as_str()));
+    let resp = h.call(bearer(get("/auth/me"), &alice.access));
+    assert_eq!(resp.status, 200);
+    assert_eq!(h.last_user_id.as_deref(), Some(alice.id.as_str()));
+
+    // Wrong password, unknown user, bad token: nobody.
+    let resp = h.call(post(
+        "/auth/login",
+        json!({ "emailOrUsername": "alice", "password": "wrong-password-1" }),
+    ));
+    assert_eq!(resp.status, 401);
+    assert_eq!(h.last_user_id, None);
+    let resp = h.call(post(
+        "/auth/login",
+        json!({ "emailOrUsername": "nobody", "password": PASSWORD }),
+    ));
+    assert_eq!(resp.status, 401);
+    assert_eq!(h.last_user_id, None);
+    let resp = h.call(bearer(get("/auth/me"), "not.a.token"));
+    assert_eq!(resp.status, 401);
+    assert_eq!(h.last_user_id, None);
+    let resp = h.call(get("/health"));
+    assert_eq!(resp.status, 200);
+    assert_eq!(h.last_user_id, None);
+
+    // A 2FA login: the temp token names the user, and so does the verify
+    // that exchanges it; a wrong code with a valid temp token names it too
+    // (the token proved the password).
+    let (_secret, backups) = enable_totp(&mut h, &alice);
+    let temp = temp_token(&mut h, &alice, "198.51.100.4");
+    assert_eq!(h.last_user_id.as_deref(), Some(alice.id.as_str()));
+    let resp = h.call(post(
+        "/2fa/verify-backup",
+        json!({ "tempToken": temp, "code": backups[0] }),
+    ));
+    assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
+    assert_eq!(h.last_user_id.as_deref(), Some(alice.id.as_str()));
+    let resp = h.call(post(
+        "/2fa/verify-backup",
+        json!({ "tempToken": "x.y.z", "code": backups[1] }),
+    ));
+    assert_eq!(resp.status, 400);
+    assert_eq!(h.last_user_id, None);
+}

@@ -91,7 +91,8 @@ pub enum Format {
     /// `METHOD PATH STATUS DURATIONms` (the path capped and escaped).
     Text,
     /// One JSON object per request: `time`, `level`, `request_id`,
-    /// `method`, `route`, `status`, `duration_ms`.
+    /// `method`, `route`, `status`, `user_id` (`null` when no credential
+    /// proved one), `duration_ms`.
     Json,
 }
 
@@ -139,6 +140,9 @@ pub struct Request<'a> {
     pub route: &'a str,
     /// The request id (`X-Request-Id`).
     pub request_id: &'a str,
+    /// The user the request acted for, when a credential proved it (JSON
+    /// lines only: the component names it only when asked).
+    pub user_id: Option<&'a str>,
     /// The status sent.
     pub status: u16,
     /// From the request's head to its response's head.
@@ -168,6 +172,7 @@ pub fn request_line(format: Format, r: &Request<'_>) -> String {
             "method": r.method,
             "route": r.route,
             "status": r.status,
+            "user_id": r.user_id,
             "duration_ms": (r.duration.as_secs_f64() * 1e6).round() / 1e3,
         })
         .to_string(),
@@ -252,6 +257,7 @@ mod tests {
             path: "/api/webhooks/123",
             route: "/api/webhooks/{webhookId}",
             request_id: "r-1",
+            user_id: None,
             status: 200,
             duration: std::time::Duration::from_micros(1500),
         };

@@ -25,6 +25,10 @@ use crate::runtime::{new_store, HostState, Shared, MAX_INSTANCES};
 
 /// The request id header.
 const REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
+/// Asks the component for the user id of its reply (JSON log lines only).
+const OBSERVE: http::HeaderName = http::HeaderName::from_static("spin-tfa-observe");
+/// The component's answer to [`OBSERVE`]; never reaches the client.
+const USER_ID: http::HeaderName = http::HeaderName::from_static("tfa-user-id");
 
 /// How often the connection cap's line may be logged.
 const CAP_LOG_EVERY: Duration = Duration::from_secs(10);
@@ -164,6 +168,8 @@ impl Server {
         req.headers_mut().insert(REQUEST_ID, request_id.clone());
         let mut resp = self.run(req, peer, local).await;
         resp.headers_mut().insert(REQUEST_ID, request_id.clone());
+        // The component's answer to `spin-tfa-observe`: for the log only.
+        let user_id = resp.headers_mut().remove(USER_ID);
         let metrics = crate::metrics::get();
         let route =
             if metrics.is_some() || self.observe.log_format == crate::accesslog::Format::Json {
@@ -182,6 +188,7 @@ impl Server {
                 path: &path,
                 route: &route,
                 request_id: request_id.to_str().unwrap_or_default(),
+                user_id: user_id.as_ref().and_then(|v| v.to_str().ok()),
                 status: resp.status().as_u16(),
                 duration: took,
             },
@@ -208,6 +215,9 @@ impl Server {
         let headers = req.headers_mut();
         if let Ok(v) = http::HeaderValue::from_str(&peer.to_string()) {
             headers.insert("spin-client-addr", v);
+        }
+        if self.observe.log_format == crate::accesslog::Format::Json {
+            headers.insert(OBSERVE, http::HeaderValue::from_static("user"));
         }
         if !headers.contains_key(http::header::HOST) {
             if let Ok(v) = http::HeaderValue::from_str(&local.to_string()) {

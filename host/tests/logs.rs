@@ -109,6 +109,62 @@ fn json_lines_and_request_ids() {
     assert!(v.to_string().len() < 400, "{v}");
 }
 
+/// With `LOG_FORMAT=json` the line names the user a credential proved
+/// (the component's `tfa-user-id` answer to the host's `spin-tfa-observe`),
+/// and the client never sees that header.
+#[test]
+fn json_lines_name_the_proven_user() {
+    let wasm = support::real_component();
+    let host = Host::start(
+        "loguser",
+        &wasm,
+        &[("LOG_FORMAT", "json"), ("RATE_LIMIT_ENABLED", "false")],
+    );
+    let json = "Content-Type: application/json\r\n";
+    let (status, head, body) = support::request_with_body(
+        host.port,
+        "POST",
+        "/api/auth/register",
+        &format!("{json}X-Request-Id: reg-1\r\n"),
+        r#"{"email":"lou@example.com","username":"lou","password":"Correct-Horse-9"}"#,
+    );
+    assert_eq!(status, 201, "{head}{body}");
+    assert_eq!(header(&head, "tfa-user-id"), None, "{head}");
+    let data: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = data["data"]["user"]["id"].as_str().unwrap().to_string();
+    let token = data["data"]["accessToken"].as_str().unwrap().to_string();
+    assert_eq!(line_for(&host, "reg-1")["user_id"], id.as_str());
+
+    let (status, head, _) = host.request(
+        "GET",
+        "/api/auth/me",
+        &format!("Authorization: Bearer {token}\r\nX-Request-Id: me-1\r\n"),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(header(&head, "tfa-user-id"), None, "{head}");
+    let v = line_for(&host, "me-1");
+    assert_eq!(v["user_id"], id.as_str());
+    assert_eq!(v["route"], "/api/auth/me");
+
+    // A wrong password for that user, a forged token: no user named.
+    let (status, _, _) = support::request_with_body(
+        host.port,
+        "POST",
+        "/api/auth/login",
+        &format!("{json}X-Request-Id: bad-1\r\n"),
+        r#"{"emailOrUsername":"lou","password":"Wrong-Horse-99"}"#,
+    );
+    assert_eq!(status, 401);
+    assert!(line_for(&host, "bad-1")["user_id"].is_null());
+    let (status, _, _) = host.request(
+        "GET",
+        "/api/auth/me",
+        "Authorization: Bearer a.b.c\r\nX-Request-Id: bad-2\r\n",
+    );
+    assert_eq!(status, 401);
+    assert!(line_for(&host, "bad-2")["user_id"].is_null());
+}
+
 #[test]
 fn text_lines_are_capped_and_levels_honoured() {
     let wasm = hang_component();

@@ -19,6 +19,12 @@ use crate::util;
 /// The Spin key-value store label the service uses.
 const STORE_LABEL: &str = "default";
 
+/// The request header by which a host asks for the user id of the reply
+/// (`tfa-user-id` on the response) for its log. Spin's own `spin-*`
+/// headers are the host's; a client that sets it anyway learns only its
+/// own id ([`tfa_core::Reply::user_id`] is never set by a failed attempt).
+const OBSERVE_HEADER: &str = "spin-tfa-observe";
+
 #[http_component]
 async fn handle(req: IncomingRequest, out: ResponseOutparam) {
     // 1–2. Settings.
@@ -44,7 +50,8 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
     let email_ca = config.email.as_ref().and_then(|e| e.extra_ca_pem.clone());
     let service = Service::new(config);
 
-    // 3. The request.
+    // 3. The request (core never sees `spin-*` headers).
+    let observe = req.headers().has(OBSERVE_HEADER);
     let request = match read_request(req, service.config()).await {
         Ok(r) => r,
         Err(early) => {
@@ -83,8 +90,14 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
         }
     };
 
-    // 6. Answer the client (the body is finished when `send` returns).
-    send(out, reply.response).await;
+    // 6. Answer the client (the body is finished when `send` returns). A
+    // host that logs the user (tfa-host with LOG_FORMAT=json) asks with
+    // `spin-tfa-observe: user` and strips `tfa-user-id` from the response.
+    let mut response = reply.response;
+    if let (Some(user), true) = (&reply.user_id, observe) {
+        response.set_header("tfa-user-id", user.clone());
+    }
+    send(out, response).await;
 
     // 7. After-response effects: audit records, webhook fan-out and due
     // retries, housekeeping; then the webhook calls, each result reported.

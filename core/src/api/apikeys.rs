@@ -123,6 +123,7 @@ pub fn authenticate(ctx: &mut Ctx, secret: &str, scope: &'static str) -> Result<
             Ok(())
         })?;
     }
+    ctx.user_id = Some(user.id.clone());
     Ok(Auth {
         user,
         session: None,

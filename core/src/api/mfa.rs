@@ -53,6 +53,7 @@ pub fn issue_temp(ctx: &mut Ctx, user_id: &str) -> Result<String, ApiError> {
         .saturating_mul(1000);
     housekeeping::schedule_counter(ctx.env, &format!("tt:{jti}"), exp_ms)?;
     housekeeping::schedule_counter(ctx.env, &format!("ttu:{jti}"), exp_ms)?;
+    ctx.user_id = Some(user_id.to_string());
     Ok(keys.tokens.issue(
         TokenKind::Temp,
         user_id,
@@ -78,6 +79,7 @@ pub fn temp_claims(ctx: &mut Ctx, token: &str) -> Result<Claims, ApiError> {
     {
         return Err(ApiError::InvalidTempToken);
     }
+    ctx.user_id = Some(claims.sub.clone());
     Ok(claims)
 }
 

@@ -194,6 +194,7 @@ pub fn issue(ctx: &mut Ctx, keys: &crate::plumbing::secrets::Keys, s: &SessionRe
         now,
     );
     ctx.header("Set-Cookie", web::refresh_cookie(ctx.config, &refresh));
+    ctx.user_id = Some(s.user_id.clone());
     Tokens { access, refresh }
 }
 
@@ -241,6 +242,7 @@ pub fn authenticate(ctx: &mut Ctx, access: Access) -> Result<Auth, ApiError> {
     } else {
         session
     };
+    ctx.user_id = Some(user.id.clone());
     Ok(Auth {
         user,
         session: Some(session),

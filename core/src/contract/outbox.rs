@@ -15,6 +15,10 @@ pub struct Reply {
     pub response: Response,
     /// What happens after the client has been answered.
     pub effects: Vec<Effect>,
+    /// The user the request acted for, once a credential proved it or
+    /// tokens were issued to it: for the operator's request log, never for
+    /// the client (a host that shows it must strip it from the response).
+    pub user_id: Option<String>,
 }
 
 /// A message the host must deliver before the client is answered.

@@ -42,6 +42,7 @@ pub struct Suspended {
     pub(crate) effects: Vec<Effect>,
     pub(crate) ip: String,
     pub(crate) ua: String,
+    pub(crate) user_id: Option<String>,
     /// The request without its body (for CORS on the eventual response).
     pub(crate) req: Request,
 }
@@ -62,6 +63,11 @@ pub struct Ctx<'c, 'e, 'a> {
     pub headers: Vec<(String, String)>,
     /// Work for after the response.
     pub effects: Vec<Effect>,
+    /// The user this request was shown to act for: set when a credential
+    /// proved it (access token, API key) or when tokens were issued to it.
+    /// For the operator's log only ([`crate::Reply::user_id`]); never set
+    /// from a failed attempt, so it tells nothing the client does not know.
+    pub user_id: Option<String>,
     keys: Option<Keys>,
 }
 
@@ -83,6 +89,7 @@ impl<'c, 'e, 'a> Ctx<'c, 'e, 'a> {
             req,
             headers: Vec::new(),
             effects: vec![Effect::Maintenance],
+            user_id: None,
             keys: None,
         }
     }
@@ -119,6 +126,7 @@ impl<'c, 'e, 'a> Ctx<'c, 'e, 'a> {
             effects: self.effects,
             ip: self.ip,
             ua: self.ua,
+            user_id: self.user_id,
             req: Request {
                 method: self.req.method.clone(),
                 path: self.req.path.clone(),

@@ -191,10 +191,22 @@ pub fn spawn_listening(cmd: &mut Command) -> (Child, u16, Lines, Lines) {
 
 /// One request with `Connection: close`; (status, head, body).
 pub fn request(port: u16, method: &str, path: &str, extra_headers: &str) -> (u16, String, String) {
+    request_with_body(port, method, path, extra_headers, "")
+}
+
+/// [`request`] with a body.
+pub fn request_with_body(
+    port: u16,
+    method: &str,
+    path: &str,
+    extra_headers: &str,
+    body: &str,
+) -> (u16, String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n{extra_headers}Content-Length: 0\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n{extra_headers}Content-Length: {}\r\n\r\n{body}",
+        body.len()
     );
     s.write_all(head.as_bytes()).unwrap();
     let mut raw = Vec::new();
