@@ -440,3 +440,88 @@ fn a_retry_interrupted_by_a_store_failure_is_not_lost() {
         );
     }
 }
+
+/// `pending_deliveries` (what hosts export as a metric): a failing
+/// delivery stays pending through its retries, leaves on success or when
+/// given up, and pending deliveries removed with their hook or by the
+/// retention limit leave too, each counted once.
+#[test]
+fn pending_deliveries_are_counted_until_they_settle() {
+    use tfa_core::api::webhooks::{pending_deliveries, KEEP_DELIVERIES};
+    let mut h = Harness::with(
+        test_config(&[("RATE_LIMIT_ENABLED", "false")]),
+        MemoryStore::new(),
+    );
+    let u = register(&mut h, "pam");
+    let hook = create_hook(&mut h, &u, json!(["webhook.test"]));
+    let id = hook["id"].as_str().unwrap().to_string();
+    let pending = |h: &Harness| pending_deliveries(&h.store).unwrap();
+    let access = |h: &mut Harness| {
+        data(&login(h, "pam", "192.0.2.9"))["accessToken"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let test_event = |h: &mut Harness| {
+        let token = access(h);
+        let resp = h.call(bearer(
+            post(&format!("/webhooks/{id}/test"), json!({})),
+            &token,
+        ));
+        assert_eq!(resp.status, 200);
+    };
+    assert_eq!(pending(&h), 0);
+
+    // Fails once (pending, queued for 30 s), then succeeds.
+    h.webhook_answers.push_back(Ok(500));
+    test_event(&mut h);
+    assert_eq!(pending(&h), 1);
+    h.advance_secs(60);
+    h.call(get("/health/live"));
+    assert_eq!(h.webhook_calls.len(), 2);
+    assert_eq!(pending(&h), 0);
+
+    // Given up after six failed attempts.
+    h.webhook_answers.extend(std::iter::repeat_n(Ok(503), 6));
+    test_event(&mut h);
+    assert_eq!(pending(&h), 1);
+    for _ in 0..(8 * 60) {
+        h.advance_secs(60);
+        h.call(get("/health/live"));
+    }
+    assert_eq!(h.webhook_calls.len(), 8);
+    assert_eq!(pending(&h), 0);
+
+    // Three pending, then the retention limit pushes out the oldest ones
+    // (the rest succeed at once): each left once.
+    h.webhook_answers.extend(std::iter::repeat_n(Ok(503), 3));
+    for _ in 0..3 {
+        test_event(&mut h);
+    }
+    assert_eq!(pending(&h), 3);
+    for _ in 0..KEEP_DELIVERIES {
+        test_event(&mut h);
+    }
+    assert_eq!(pending(&h), 0);
+
+    // Two pending, then the hook is deleted with its delivery log.
+    h.webhook_answers.extend(std::iter::repeat_n(Ok(503), 2));
+    test_event(&mut h);
+    test_event(&mut h);
+    assert_eq!(pending(&h), 2);
+    let token = access(&mut h);
+    let resp = h.call(bearer(delete(&format!("/webhooks/{id}")), &token));
+    assert_eq!(resp.status, 200);
+    assert_eq!(pending(&h), 0);
+    // A late result for a removed delivery changes nothing.
+    h.service.webhook_result(
+        &mut tfa_core::Env {
+            store: &h.store,
+            rng: &mut tfa_core::testing::SeededRng::new(1),
+            now_ms: h.now_ms,
+        },
+        "00000000-0000-4000-8000-000000000000",
+        Ok(200),
+    );
+    assert_eq!(pending(&h), 0);
+}

@@ -394,7 +394,7 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
             "tfa-host: metrics on http://{}/metrics",
             l.local_addr().context("no local address")?
         );
-        tokio::spawn(metrics::serve(l, m));
+        tokio::spawn(metrics::serve(l, m, shared.kv.clone()));
     }
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", settings.port))
         .await

@@ -14,6 +14,7 @@
 //! | `tfa_request_deadline_exceeded_total` | | instances stopped at `REQUEST_TIMEOUT_MS` |
 //! | `tfa_connections_open` | | open client connections |
 //! | `tfa_header_timeouts_total` | | connections closed at `HEADER_READ_TIMEOUT_MS` |
+//! | `tfa_webhook_deliveries_pending` | | webhook deliveries created and not yet settled (succeeded, given up or removed), across every instance sharing the store; read from core's two counters at each scrape (`-1` when the store cannot be read) |
 
 use std::convert::Infallible;
 use std::sync::OnceLock;
@@ -49,6 +50,8 @@ pub struct Metrics {
     pub connections_open: IntGauge,
     /// Connections closed at the header-read timeout.
     pub header_timeouts: IntCounter,
+    /// Webhook deliveries pending (set at each scrape from the store).
+    pub webhooks_pending: IntGauge,
 }
 
 static METRICS: OnceLock<Metrics> = OnceLock::new();
@@ -132,6 +135,11 @@ impl Metrics {
         registry.register(Box::new(deadline_exceeded.clone()))?;
         registry.register(Box::new(connections_open.clone()))?;
         registry.register(Box::new(header_timeouts.clone()))?;
+        let webhooks_pending = IntGauge::new(
+            "tfa_webhook_deliveries_pending",
+            "Webhook deliveries created and not yet settled (read from the store at each scrape; -1 if it cannot be read).",
+        )?;
+        registry.register(Box::new(webhooks_pending.clone()))?;
         // Every series of the fixed label sets exists from the start (at
         // zero), so a scrape shows them before the first event.
         for op in ["get", "set", "delete", "increment", "other"] {
@@ -159,6 +167,7 @@ impl Metrics {
             deadline_exceeded,
             connections_open,
             header_timeouts,
+            webhooks_pending,
         })
     }
 
@@ -226,8 +235,24 @@ pub fn parse_addr(v: &str) -> Result<std::net::SocketAddr, String> {
     Ok(addr)
 }
 
-/// Serves `GET /metrics` on `listener` until the process ends.
-pub async fn serve(listener: tokio::net::TcpListener, metrics: &'static Metrics) {
+/// Webhook deliveries pending, from core's counters in `kv`
+/// ([`tfa_core::api::webhooks::DELIVERIES_CREATED`] minus
+/// [`tfa_core::api::webhooks::DELIVERIES_SETTLED`], read with
+/// `increment(key, 0)` as every counter is).
+pub fn webhooks_pending(kv: &dyn crate::kv::KvBackend) -> crate::kv::KvResult<i64> {
+    use tfa_core::api::webhooks::{DELIVERIES_CREATED, DELIVERIES_SETTLED};
+    let created = kv.increment(DELIVERIES_CREATED, 0)?;
+    let settled = kv.increment(DELIVERIES_SETTLED, 0)?;
+    Ok(created.saturating_sub(settled).max(0))
+}
+
+/// Serves `GET /metrics` on `listener` until the process ends; each scrape
+/// first reads the pending webhook deliveries from `kv`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: &'static Metrics,
+    kv: std::sync::Arc<dyn crate::kv::KvBackend>,
+) {
     use hyper::server::conn::http1;
     loop {
         let (stream, _) = match listener.accept().await {
@@ -238,27 +263,47 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: &'static Metrics)
                 continue;
             }
         };
+        let kv = kv.clone();
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(
-                move |req: hyper::Request<hyper::body::Incoming>| async move {
-                    let mut resp = if req.uri().path() == "/metrics" {
-                        let mut r = hyper::Response::new(Full::new(Bytes::from(metrics.render())));
-                        r.headers_mut().insert(
-                            http::header::CONTENT_TYPE,
-                            http::HeaderValue::from_static(
-                                "text/plain; version=0.0.4; charset=utf-8",
-                            ),
-                        );
-                        r
-                    } else {
-                        hyper::Response::new(Full::new(Bytes::from_static(b"not found\n")))
-                    };
-                    if req.uri().path() != "/metrics" {
-                        *resp.status_mut() = http::StatusCode::NOT_FOUND;
+            let svc =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let kv = kv.clone();
+                    async move {
+                        if req.uri().path() == "/metrics" {
+                            let pending =
+                                tokio::task::spawn_blocking(move || webhooks_pending(kv.as_ref()))
+                                    .await;
+                            match pending {
+                                Ok(Ok(n)) => metrics.webhooks_pending.set(n),
+                                Ok(Err(e)) => {
+                                    crate::log::warn(&format!(
+                                        "metrics: cannot read pending webhook deliveries: {}",
+                                        e.0
+                                    ));
+                                    metrics.webhooks_pending.set(-1);
+                                }
+                                Err(_) => metrics.webhooks_pending.set(-1),
+                            }
+                        }
+                        let mut resp = if req.uri().path() == "/metrics" {
+                            let mut r =
+                                hyper::Response::new(Full::new(Bytes::from(metrics.render())));
+                            r.headers_mut().insert(
+                                http::header::CONTENT_TYPE,
+                                http::HeaderValue::from_static(
+                                    "text/plain; version=0.0.4; charset=utf-8",
+                                ),
+                            );
+                            r
+                        } else {
+                            hyper::Response::new(Full::new(Bytes::from_static(b"not found\n")))
+                        };
+                        if req.uri().path() != "/metrics" {
+                            *resp.status_mut() = http::StatusCode::NOT_FOUND;
+                        }
+                        Ok::<_, Infallible>(resp)
                     }
-                    Ok::<_, Infallible>(resp)
-                },
-            );
+                });
             let conn = http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(10))

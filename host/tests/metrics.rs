@@ -47,7 +47,9 @@ fn python_parse(text: &str) -> Vec<String> {
             .success();
         assert!(ok, "pip install prometheus-client failed");
     }
-    let path = std::env::temp_dir().join(format!("tfa-metrics-{}.txt", std::process::id()));
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("tfa-metrics-{}-{n}.txt", std::process::id()));
     std::fs::write(&path, text).unwrap();
     let out = Command::new("python3")
         .args([
@@ -208,4 +210,89 @@ fn metrics_under_load() {
     }
     // Anything but /metrics is 404.
     assert_eq!(support::request(mport, "GET", "/", "").0, 404);
+}
+
+/// `tfa_webhook_deliveries_pending`: read from the store at each scrape.
+/// A delivery to a closed port stays pending (its retry is queued); it
+/// leaves when its hook is deleted.
+#[test]
+fn pending_webhook_deliveries() {
+    let wasm = real_component();
+    let mport = support::free_port();
+    let maddr = format!("127.0.0.1:{mport}");
+    let closed = support::free_port();
+    let allowed = format!("http://127.0.0.1:{closed}");
+    let host = Host::start(
+        "metrics-webhooks",
+        &wasm,
+        &[
+            ("METRICS_ADDR", maddr.as_str()),
+            ("RATE_LIMIT_ENABLED", "false"),
+            ("WEBHOOK_ALLOW_PRIVATE", "true"),
+            ("ALLOWED_OUTBOUND_HOSTS", allowed.as_str()),
+        ],
+    );
+    let pending = || value(&scrape(mport), "tfa_webhook_deliveries_pending", &[]);
+    assert_eq!(pending(), 0.0);
+
+    let json = "Content-Type: application/json\r\n";
+    let (status, _, body) = support::request_with_body(
+        host.port,
+        "POST",
+        "/api/auth/register",
+        json,
+        r#"{"email":"wes@example.com","username":"wes","password":"Correct-Horse-9"}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let auth = format!(
+        "{json}Authorization: Bearer {}\r\n",
+        v["data"]["accessToken"].as_str().unwrap()
+    );
+    let (status, _, body) = support::request_with_body(
+        host.port,
+        "POST",
+        "/api/webhooks",
+        &auth,
+        &format!(r#"{{"url":"{allowed}/hook","events":["webhook.test"]}}"#),
+    );
+    assert_eq!(status, 201, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = v["data"]["id"].as_str().unwrap().to_string();
+    let (status, _, body) = support::request_with_body(
+        host.port,
+        "POST",
+        &format!("/api/webhooks/{id}/test"),
+        &auth,
+        "{}",
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(pending(), 1.0);
+    // The attempt fails (nothing listens) and is recorded; still pending.
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, _, body) = support::request(
+            host.port,
+            "GET",
+            &format!("/api/webhooks/{id}/deliveries"),
+            &auth,
+        );
+        if body.contains("\"attempts\":[{") {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "no attempt: {body}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(pending(), 1.0);
+    let (status, _, _) =
+        support::request(host.port, "DELETE", &format!("/api/webhooks/{id}"), &auth);
+    assert_eq!(status, 200);
+    assert_eq!(pending(), 0.0);
+    let families = python_parse(&scrape(mport));
+    assert!(
+        families
+            .iter()
+            .any(|l| l.starts_with("tfa_webhook_deliveries_pending gauge")),
+        "{families:?}"
+    );
 }

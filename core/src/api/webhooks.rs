@@ -60,6 +60,14 @@ pub const DISABLE_AFTER: u32 = 20;
 pub const MAX_HOOKS_PER_USER: usize = 10;
 /// Deliveries kept per hook (older ones are deleted).
 pub const KEEP_DELIVERIES: usize = 50;
+/// Counts every delivery created (read with `increment(key, 0)`). With
+/// [`DELIVERIES_SETTLED`] it gives the deliveries still pending
+/// ([`pending_deliveries`]); hosts read both for their metrics.
+pub const DELIVERIES_CREATED: &str = "whn:created";
+/// Counts every delivery that left `pending`: succeeded, given up, or
+/// removed while pending (the retention limit, its hook deleted). Each
+/// leaves `pending` in one locked record update, so each is counted once.
+pub const DELIVERIES_SETTLED: &str = "whn:settled";
 const QUEUE_BUCKET_MS: u64 = 30_000;
 const QUEUE_BUCKETS_PER_TICK: u64 = 20;
 
@@ -397,7 +405,7 @@ pub fn delete(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
     )?;
     records::remove(ctx.env, &hook_key(id))?;
     for d in &h.deliveries {
-        records::remove(ctx.env, &delivery_key(d))?;
+        remove_delivery(ctx.env, d)?;
     }
     ctx.audit(
         Some(&auth.user.id),
@@ -505,6 +513,7 @@ fn new_delivery(
         created_ms: env.now_ms,
     };
     records::save(env.store, &delivery_key(&d.id), &d)?;
+    env.store.increment(DELIVERIES_CREATED, 1)?;
     let dropped = records::update(env, &hook_key(&hook.id), |h: &mut WebhookRecord| {
         h.deliveries.push(d.id.clone());
         let excess = h.deliveries.len().saturating_sub(KEEP_DELIVERIES);
@@ -512,9 +521,35 @@ fn new_delivery(
     })?
     .unwrap_or_default();
     for old in dropped {
-        records::remove(env, &delivery_key(&old))?;
+        remove_delivery(env, &old)?;
     }
     Ok(call_for(hook, &d))
+}
+
+/// Removes a delivery record; one that was still pending is first marked
+/// `removed` under its lock and counted as settled.
+fn remove_delivery(env: &Env, id: &str) -> Result<(), ApiError> {
+    let key = delivery_key(id);
+    let was_pending = records::update(env, &key, |d: &mut DeliveryRecord| {
+        let pending = d.status == "pending";
+        if pending {
+            d.status = "removed".into();
+            d.next_attempt_ms = None;
+        }
+        Ok(pending)
+    })?;
+    if was_pending == Some(true) {
+        env.store.increment(DELIVERIES_SETTLED, 1)?;
+    }
+    records::remove(env, &key)
+}
+
+/// Deliveries created and not yet settled, from the two counters (0 when
+/// a failure between a record's write and its count left them uneven).
+pub fn pending_deliveries(store: &dyn crate::contract::ports::Store) -> Result<u64, ApiError> {
+    let created = store.increment(DELIVERIES_CREATED, 0)?;
+    let settled = store.increment(DELIVERIES_SETTLED, 0)?;
+    Ok(created.saturating_sub(settled).max(0) as u64)
 }
 
 /// Fans an event out to the user's subscribed, active hooks.
@@ -571,22 +606,27 @@ pub fn record_result(
             error: Some(e.chars().filter(|c| !c.is_control()).take(200).collect()),
         },
     };
-    let Some(d) = records::update(env, &delivery_key(delivery_id), |d: &mut DeliveryRecord| {
-        d.attempts.push(attempt.clone());
-        if ok {
-            d.status = "succeeded".into();
-            d.next_attempt_ms = None;
-        } else if let Some(delay) = BACKOFF_SECS.get(d.attempts.len() - 1) {
-            d.next_attempt_ms = Some(now.saturating_add(delay.saturating_mul(1000)));
-        } else {
-            d.status = "failed".into();
-            d.next_attempt_ms = None;
-        }
-        Ok(d.clone())
-    })?
+    let Some((d, settled)) =
+        records::update(env, &delivery_key(delivery_id), |d: &mut DeliveryRecord| {
+            let was_pending = d.status == "pending";
+            d.attempts.push(attempt.clone());
+            if ok {
+                d.status = "succeeded".into();
+                d.next_attempt_ms = None;
+            } else if let Some(delay) = BACKOFF_SECS.get(d.attempts.len() - 1) {
+                d.next_attempt_ms = Some(now.saturating_add(delay.saturating_mul(1000)));
+            } else {
+                d.status = "failed".into();
+                d.next_attempt_ms = None;
+            }
+            Ok((d.clone(), was_pending && d.status != "pending"))
+        })?
     else {
         return Ok(vec![]);
     };
+    if settled {
+        env.store.increment(DELIVERIES_SETTLED, 1)?;
+    }
     let mut log = Vec::new();
     if let Some(at) = d.next_attempt_ms {
         enqueue(env, &d.id, at)?;

@@ -143,6 +143,7 @@ pub const BOOKKEEPING: &[&str] = &[
     "mfalock:",
     "sys:secret:",
     "wq:",
+    "whn:",
     "whd:",
 ];
 
