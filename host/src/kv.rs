@@ -688,6 +688,36 @@ pub struct RedisKv {
 /// Connections kept open for reuse.
 const REDIS_POOL: usize = 16;
 
+/// One PEM bundle of the system's roots (found as the `redis` crate finds
+/// them without a CA file: `rustls-native-certs`, which honours
+/// `SSL_CERT_FILE` / `SSL_CERT_DIR`) followed by `extra_pem`, for the
+/// `redis` crate, which takes either its own roots or one bundle. A system
+/// certificate rustls cannot use as a trust anchor is left out (the crate
+/// would refuse the whole bundle); problems are logged, not fatal.
+pub fn system_roots_and(extra_pem: &[u8]) -> Vec<u8> {
+    use base64::Engine as _;
+    let found = rustls_native_certs::load_native_certs();
+    for e in &found.errors {
+        crate::log::warn(&format!("KV_CA_FILE: reading the system's roots: {e}"));
+    }
+    let mut out = Vec::new();
+    for cert in found.certs {
+        let mut probe = rustls::RootCertStore::empty();
+        if probe.add(cert.clone()).is_err() {
+            continue;
+        }
+        let b64 = base64::engine::general_purpose::STANDARD.encode(cert.as_ref());
+        out.extend_from_slice(b"-----BEGIN CERTIFICATE-----\n");
+        for line in b64.as_bytes().chunks(64) {
+            out.extend_from_slice(line);
+            out.push(b'\n');
+        }
+        out.extend_from_slice(b"-----END CERTIFICATE-----\n");
+    }
+    out.extend_from_slice(extra_pem);
+    out
+}
+
 impl RedisKv {
     /// Connects to `url` (`redis://…`), checking the server answers.
     pub fn open(url: &str, emulation: KvEmulation) -> KvResult<RedisKv> {
@@ -695,8 +725,8 @@ impl RedisKv {
     }
 
     /// Connects to `url` (`redis://…`, or `rediss://…` over TLS: the
-    /// server's certificate is checked against the system's roots, or
-    /// against the PEM certificates of `ca_file` alone when it is given),
+    /// server's certificate is checked against the system's roots, and
+    /// also against the PEM certificates of `ca_file` when it is given),
     /// checking the server answers.
     pub fn open_tls(
         url: &str,
@@ -712,7 +742,7 @@ impl RedisKv {
                     url,
                     redis::TlsCertificates {
                         client_tls: None,
-                        root_cert: Some(pem),
+                        root_cert: Some(system_roots_and(&pem)),
                     },
                 )?
             }
@@ -1046,7 +1076,7 @@ pub fn open_backend_with(
 }
 
 /// [`open_backend_with`] trusting the PEM CA certificates of `ca_file`
-/// (`KV_CA_FILE`) instead of the system's roots for `rediss://`.
+/// (`KV_CA_FILE`) besides the system's roots for `rediss://`.
 pub fn open_backend_tls(
     kv_url: Option<&str>,
     data_dir: &Path,

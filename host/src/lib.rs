@@ -17,7 +17,7 @@
 //! Settings of the host itself: `PORT` (default 3001; 0 picks a free port),
 //! `DATA_DIR` (default `./.data`), `CACHE_DIR` (compiled component, default
 //! `DATA_DIR/cache`), `KV_URL` (`redis://…` or `rediss://user:pass@host:port/db`
-//! over TLS, checked against the system's roots or the PEM CA certificates
+//! over TLS, checked against the system's roots and the PEM CA certificates
 //! of `KV_CA_FILE`), `KV_EMULATE` (`spin-4.0.2`, the default:
 //! the stores behave exactly like Spin 4.0.2's, limits included; `none`:
 //! this host's own, more capable semantics; see [`kv`]), `COMPONENT_PATH`
@@ -86,7 +86,7 @@ pub struct HostSettings {
     pub cache_dir: PathBuf,
     /// `redis://…` (or `rediss://…`, TLS) to use Redis instead of SQLite.
     pub kv_url: Option<String>,
-    /// PEM CA certificates trusted for `rediss://` instead of the system's
+    /// PEM CA certificates trusted for `rediss://` besides the system's
     /// roots (`KV_CA_FILE`).
     pub kv_ca_file: Option<PathBuf>,
     /// Whose key-value semantics the stores follow (`KV_EMULATE`).

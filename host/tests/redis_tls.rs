@@ -202,6 +202,15 @@ fn redis_over_tls() {
     assert!(open(&format!("redis://alice:alice-pw@127.0.0.1:{port}/2"), None).is_err());
     // A CA file only makes sense with TLS.
     assert!(open(&format!("redis://127.0.0.1:{port}/2"), Some(&ca)).is_err());
+    // KV_CA_FILE adds to the system's roots, it does not replace them: with
+    // our CA as the system's roots (SSL_CERT_FILE, honoured by
+    // rustls-native-certs) and an unrelated CA in the file, the server is
+    // still trusted. (This file's only test: nothing else reads the
+    // environment meanwhile.)
+    std::env::set_var("SSL_CERT_FILE", &ca);
+    let kept = open(&url, Some(&dir.join("other-ca.pem")));
+    std::env::remove_var("SSL_CERT_FILE");
+    kept.expect("the system's roots are kept besides KV_CA_FILE");
 
     // The host over TLS: /health up; down while the server is stopped; up
     // again after it restarts.
