@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use e2e::api::{enable_totp, fresh_totp, register, temp_token};
+use e2e::api::{enable_totp, fresh_totp, login, register, temp_token};
 use e2e::filter_build::{filter_wasm, workspace_root};
 use e2e::procs::{Host, HostOptions, TEST_SETTINGS};
 use serde_json::{json, Value};
@@ -318,15 +318,32 @@ fn example_config_validates() {
     assert!(text.contains("tfa-edge: configuration refused"), "{text}");
 }
 
-/// Introspection requests the API host has answered so far (its request log).
-fn introspections(api: &Host) -> usize {
+/// The API host's JSON request lines so far (`LOG_FORMAT=json`).
+fn api_lines(api: &Host) -> Vec<Value> {
     // tfa-host writes its request lines every 20 ms
     // (`tfa_host::accesslog::FLUSH_EVERY`): let the last ones arrive.
     std::thread::sleep(std::time::Duration::from_millis(100));
     api.output()
         .lines()
-        .filter(|l| l.starts_with("POST /api/auth/introspect "))
+        .filter(|l| l.starts_with('{'))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Introspection requests the API host has answered so far (its request log).
+fn introspections(api: &Host) -> usize {
+    api_lines(api)
+        .iter()
+        .filter(|v| v["route"] == "/api/auth/introspect" && v["method"] == "POST")
         .count()
+}
+
+/// The request id of the API's introspection line for the request the app
+/// saw with `id`, if the API logged one.
+fn introspected_with(api: &Host, id: &str) -> bool {
+    api_lines(api)
+        .iter()
+        .any(|v| v["route"] == "/api/auth/introspect" && v["request_id"] == id)
 }
 
 #[test]
@@ -345,7 +362,10 @@ fn envoy_enforces_the_filter() {
 
     // The real API: the component in the local host. Tokens come from its
     // flows; the filter introspects against it with a key it issued.
-    let api = Host::start(HostOptions::default());
+    let api = Host::start(HostOptions {
+        env: vec![("LOG_FORMAT".into(), "json".into())],
+        ..HostOptions::default()
+    });
     let c = &api.client;
     let owner = register(c, "operator");
     let api_key = c
@@ -530,7 +550,37 @@ fn envoy_enforces_the_filter() {
     assert_eq!(r.status(), 200, "{}", ctx(&format!("{r:?}")));
     assert!(r.json()["headers"].get("x-user-id").is_none());
 
-    // 7. The filter's counters are Envoy stats.
+    // 7. One request id from the client through Envoy, the filter's
+    //    introspection call and the app: the API's log line for that call
+    //    carries the id the app saw. Without one, Envoy's generated id
+    //    makes the same round trip.
+    for given in [Some("client-rid.7"), None] {
+        // A new session of wes: a token the filter has not seen.
+        let r = login(c, "wes");
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let token = r.data()["accessToken"].as_str().expect("token").to_string();
+        let bearer = auth(&token);
+        let mut headers = vec![("authorization", bearer.as_str())];
+        if let Some(id) = given {
+            headers.push(("x-request-id", id));
+        }
+        let r = http(listen, "GET", "/orders", &headers).expect("answer");
+        assert_eq!(r.status(), 200, "{}", ctx(&format!("{r:?}")));
+        let seen = r.json()["headers"]["x-request-id"][0]
+            .as_str()
+            .unwrap_or_else(|| panic!("the app saw no x-request-id: {}", r.json()))
+            .to_string();
+        if let Some(id) = given {
+            assert_eq!(seen, id);
+        }
+        assert!(
+            introspected_with(&api, &seen),
+            "no introspection line with request id {seen}:\n{}",
+            api.output()
+        );
+    }
+
+    // 8. The filter's counters are Envoy stats.
     let stats = http(admin, "GET", "/stats?filter=tfa_edge", &[]).expect("stats");
     let text = String::from_utf8_lossy(&stats.body).into_owned();
     for name in [
