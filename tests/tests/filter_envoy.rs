@@ -580,17 +580,59 @@ fn envoy_enforces_the_filter() {
         );
     }
 
-    // 8. The filter's counters are Envoy stats.
+    // 8. The filter's counters are Envoy stats, under the names the
+    //    filter's README gives: `wasmcustom.tfa_edge.*` on /stats,
+    //    `tfa_edge_*` on /stats/prometheus, with the same values.
     let stats = http(admin, "GET", "/stats?filter=tfa_edge", &[]).expect("stats");
     let text = String::from_utf8_lossy(&stats.body).into_owned();
+    let prom = http(admin, "GET", "/stats/prometheus", &[]).expect("prometheus stats");
+    let prom = String::from_utf8_lossy(&prom.body).into_owned();
+    let stat = |name: &str| -> u64 {
+        let line = format!("wasmcustom.tfa_edge.{name}: ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .unwrap_or_else(|| panic!("{line} missing from stats:\n{text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let prom_stat = |name: &str| -> u64 {
+        let line = format!("tfa_edge_{}{{}} ", name.replace('.', "_"));
+        assert!(
+            prom.contains(&format!(
+                "# TYPE tfa_edge_{} counter",
+                name.replace('.', "_")
+            )),
+            "{name}: no TYPE line"
+        );
+        prom.lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .unwrap_or_else(|| panic!("{line} missing from /stats/prometheus"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
     for name in [
-        "tfa_edge.allowed",
-        "tfa_edge.denied.mfa_required",
-        "tfa_edge.denied.session_inactive",
-        "tfa_edge.introspection.cache_hits",
+        "allowed",
+        "denied.missing_token",
+        "denied.invalid_token",
+        "denied.expired_token",
+        "denied.mfa_required",
+        "denied.phishing_resistant_required",
+        "denied.session_inactive",
+        "denied.api_unavailable",
+        "denied.not_configured",
+        "introspection.calls",
+        "introspection.cache_hits",
+        "introspection.api_errors",
+        "introspection.fail_open",
     ] {
-        assert!(text.contains(name), "{name} missing from stats:\n{text}");
+        assert_eq!(stat(name), prom_stat(name), "{name}");
     }
+    assert!(stat("allowed") >= 5, "{text}");
+    assert_eq!(stat("denied.mfa_required"), 1, "{text}");
+    assert_eq!(stat("denied.session_inactive"), 1, "{text}");
+    assert!(stat("introspection.cache_hits") >= 1, "{text}");
     drop(envoy);
     let _ = std::fs::remove_dir_all(&dir);
 }
