@@ -872,7 +872,12 @@ pub fn pre_instantiate(
 }
 
 /// How often the engine's epoch advances: the longest a guest runs
-/// without giving its thread back to tokio.
+/// without giving its thread back to tokio, and how late past
+/// `REQUEST_TIMEOUT_MS` a looping guest may be stopped. Longer ticks cost
+/// less (each wakes a thread and moves tokio's workers around) but make a
+/// server whose workers are all held by looping guests notice new
+/// connections late: tokio polls for I/O every 61 task polls, i.e. every
+/// 61 ticks of a guest's yields (100 ms ticks: 6 s; `docs/decisions.md`).
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Starts the thread that advances `engine`'s epoch every [`EPOCH_TICK`];
@@ -895,8 +900,14 @@ pub fn start_epoch_ticker(engine: &Engine) -> anyhow::Result<()> {
 /// A store for one request. Guest code yields to tokio at every epoch
 /// tick (the deadline itself is a timer around the instance's run, see
 /// `server.rs`); with no ticker running it is never interrupted.
+///
+/// A new store's epoch deadline is epoch 0, already past: without
+/// `set_epoch_deadline(1)` every request would yield at its first check,
+/// a task switch (3.5 context switches per request instead of 1 for the
+/// floor component; `docs/decisions.md`, "Guest deadline").
 pub fn new_store(engine: &Engine, shared: &Arc<Shared>) -> Store<HostState> {
     let mut store = Store::new(engine, HostState::new(shared));
+    store.set_epoch_deadline(1);
     store.epoch_deadline_async_yield_and_update(1);
     store
 }
