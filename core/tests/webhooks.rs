@@ -448,6 +448,7 @@ fn a_retry_interrupted_by_a_store_failure_is_not_lost() {
 #[test]
 fn pending_deliveries_are_counted_until_they_settle() {
     use tfa_core::api::webhooks::{pending_deliveries, KEEP_DELIVERIES};
+    use tfa_core::Store as _;
     let mut h = Harness::with(
         test_config(&[("RATE_LIMIT_ENABLED", "false")]),
         MemoryStore::new(),
@@ -455,7 +456,7 @@ fn pending_deliveries_are_counted_until_they_settle() {
     let u = register(&mut h, "pam");
     let hook = create_hook(&mut h, &u, json!(["webhook.test"]));
     let id = hook["id"].as_str().unwrap().to_string();
-    let pending = |h: &Harness| pending_deliveries(&h.store).unwrap();
+    let pending = |h: &Harness| pending_deliveries(|k| h.store.increment(k, 0)).unwrap();
     let access = |h: &mut Harness| {
         data(&login(h, "pam", "192.0.2.9"))["accessToken"]
             .as_str()

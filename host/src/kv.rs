@@ -701,9 +701,9 @@ pub fn system_roots_and(extra_pem: &[u8]) -> Vec<u8> {
         crate::log::warn(&format!("KV_CA_FILE: reading the system's roots: {e}"));
     }
     let mut out = Vec::new();
+    let mut usable = rustls::RootCertStore::empty();
     for cert in found.certs {
-        let mut probe = rustls::RootCertStore::empty();
-        if probe.add(cert.clone()).is_err() {
+        if usable.add(cert.clone()).is_err() {
             continue;
         }
         let b64 = base64::engine::general_purpose::STANDARD.encode(cert.as_ref());

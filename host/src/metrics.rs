@@ -235,15 +235,42 @@ pub fn parse_addr(v: &str) -> Result<std::net::SocketAddr, String> {
     Ok(addr)
 }
 
-/// Webhook deliveries pending, from core's counters in `kv`
-/// ([`tfa_core::api::webhooks::DELIVERIES_CREATED`] minus
-/// [`tfa_core::api::webhooks::DELIVERIES_SETTLED`], read with
-/// `increment(key, 0)` as every counter is).
-pub fn webhooks_pending(kv: &dyn crate::kv::KvBackend) -> crate::kv::KvResult<i64> {
-    use tfa_core::api::webhooks::{DELIVERIES_CREATED, DELIVERIES_SETTLED};
-    let created = kv.increment(DELIVERIES_CREATED, 0)?;
-    let settled = kv.increment(DELIVERIES_SETTLED, 0)?;
-    Ok(created.saturating_sub(settled).max(0))
+/// The answer to one request of the metrics listener: for `/metrics`, the
+/// pending webhook deliveries read from `kv` (core's two counters, off the
+/// async threads), then every metric; anything else is 404.
+async fn answer(
+    is_metrics: bool,
+    metrics: &'static Metrics,
+    kv: std::sync::Arc<dyn crate::kv::KvBackend>,
+) -> Result<hyper::Response<Full<Bytes>>, Infallible> {
+    if !is_metrics {
+        let mut r = hyper::Response::new(Full::new(Bytes::from_static(b"not found\n")));
+        *r.status_mut() = http::StatusCode::NOT_FOUND;
+        return Ok(r);
+    }
+    let pending = tokio::task::spawn_blocking(move || {
+        tfa_core::api::webhooks::pending_deliveries(|key| kv.increment(key, 0))
+    })
+    .await;
+    match pending {
+        Ok(Ok(n)) => metrics
+            .webhooks_pending
+            .set(i64::try_from(n).unwrap_or(i64::MAX)),
+        Ok(Err(e)) => {
+            crate::log::warn(&format!(
+                "metrics: cannot read pending webhook deliveries: {}",
+                e.0
+            ));
+            metrics.webhooks_pending.set(-1);
+        }
+        Err(_) => metrics.webhooks_pending.set(-1),
+    }
+    let mut r = hyper::Response::new(Full::new(Bytes::from(metrics.render())));
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    Ok(r)
 }
 
 /// Serves `GET /metrics` on `listener` until the process ends; each scrape
@@ -267,42 +294,7 @@ pub async fn serve(
         tokio::spawn(async move {
             let svc =
                 hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let kv = kv.clone();
-                    async move {
-                        if req.uri().path() == "/metrics" {
-                            let pending =
-                                tokio::task::spawn_blocking(move || webhooks_pending(kv.as_ref()))
-                                    .await;
-                            match pending {
-                                Ok(Ok(n)) => metrics.webhooks_pending.set(n),
-                                Ok(Err(e)) => {
-                                    crate::log::warn(&format!(
-                                        "metrics: cannot read pending webhook deliveries: {}",
-                                        e.0
-                                    ));
-                                    metrics.webhooks_pending.set(-1);
-                                }
-                                Err(_) => metrics.webhooks_pending.set(-1),
-                            }
-                        }
-                        let mut resp = if req.uri().path() == "/metrics" {
-                            let mut r =
-                                hyper::Response::new(Full::new(Bytes::from(metrics.render())));
-                            r.headers_mut().insert(
-                                http::header::CONTENT_TYPE,
-                                http::HeaderValue::from_static(
-                                    "text/plain; version=0.0.4; charset=utf-8",
-                                ),
-                            );
-                            r
-                        } else {
-                            hyper::Response::new(Full::new(Bytes::from_static(b"not found\n")))
-                        };
-                        if req.uri().path() != "/metrics" {
-                            *resp.status_mut() = http::StatusCode::NOT_FOUND;
-                        }
-                        Ok::<_, Infallible>(resp)
-                    }
+                    answer(req.uri().path() == "/metrics", metrics, kv.clone())
                 });
             let conn = http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())

@@ -94,8 +94,8 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
     // host that logs the user (tfa-host with LOG_FORMAT=json) asks with
     // `spin-tfa-observe: user` and strips `tfa-user-id` from the response.
     let mut response = reply.response;
-    if let (Some(user), true) = (&reply.user_id, observe) {
-        response.set_header("tfa-user-id", user.clone());
+    if let Some(user) = reply.user_id.filter(|_| observe) {
+        response.set_header("tfa-user-id", user);
     }
     send(out, response).await;
 

@@ -527,9 +527,14 @@ fn new_delivery(
 }
 
 /// Removes a delivery record; one that was still pending is first marked
-/// `removed` under its lock and counted as settled.
+/// `removed` under its lock and counted as settled. A delivery read as
+/// settled is removed without the lock: no state leads back to `pending`.
 fn remove_delivery(env: &Env, id: &str) -> Result<(), ApiError> {
     let key = delivery_key(id);
+    let read: Option<DeliveryRecord> = records::load(env.store, &key)?;
+    if read.is_some_and(|d| d.status != "pending") {
+        return records::remove(env, &key);
+    }
     let was_pending = records::update(env, &key, |d: &mut DeliveryRecord| {
         let pending = d.status == "pending";
         if pending {
@@ -544,12 +549,16 @@ fn remove_delivery(env: &Env, id: &str) -> Result<(), ApiError> {
     records::remove(env, &key)
 }
 
-/// Deliveries created and not yet settled, from the two counters (0 when
-/// a failure between a record's write and its count left them uneven).
-pub fn pending_deliveries(store: &dyn crate::contract::ports::Store) -> Result<u64, ApiError> {
-    let created = store.increment(DELIVERIES_CREATED, 0)?;
-    let settled = store.increment(DELIVERIES_SETTLED, 0)?;
-    Ok(created.saturating_sub(settled).max(0) as u64)
+/// Deliveries created and not yet settled, from the two counters, each
+/// read by `read_counter` (a store's `increment(key, 0)`: core's own store
+/// or a host's, for its metrics); 0 when a failure between a record's
+/// write and its count left them uneven.
+pub fn pending_deliveries<E>(
+    mut read_counter: impl FnMut(&str) -> Result<i64, E>,
+) -> Result<u64, E> {
+    let created = read_counter(DELIVERIES_CREATED)?;
+    let settled = read_counter(DELIVERIES_SETTLED)?;
+    Ok(created.saturating_sub(settled).max(0).unsigned_abs())
 }
 
 /// Fans an event out to the user's subscribed, active hooks.
