@@ -52,6 +52,7 @@
 
 pub mod accesslog;
 pub mod conn;
+pub mod hugepages;
 pub mod kv;
 pub mod log;
 pub mod metrics;
@@ -355,7 +356,16 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     );
 
     // Component.
+    // Argon2's memory in 2 MiB pages (host/src/hugepages.rs).
+    let before = hugepages::anonymous_mappings();
     let engine = runtime::engine()?;
+    match hugepages::advise(&before) {
+        Ok(bytes) => log::info(&format!(
+            "linear memories: transparent huge pages advised ({} GiB reserved)",
+            bytes >> 30
+        )),
+        Err(why) => log::info(&format!("linear memories: no huge pages ({why})")),
+    }
     runtime::start_epoch_ticker(&engine)?;
     let component =
         runtime::load_component(&engine, &settings.component_path, &settings.cache_dir).await?;
