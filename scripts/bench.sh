@@ -310,6 +310,8 @@ rss() { awk -v k="$2:" '$1==k {print $2}' "/proc/$1/status"; }
 for what in me login; do
     echo 5 >"/proc/$api_pid/clear_refs" 2>/dev/null || true
     idle=$(rss "$api_pid" VmRSS)
+    # Page faults of the host during the load (field 10 of /proc/PID/stat).
+    faults0=$(awk '{print $10}' "/proc/$api_pid/stat")
     if [ "$what" = me ]; then
         WRK_TOKEN="$access" wrk -t2 -c100 -d"${SECS}s" --timeout 30s -s "$lua" "$api/auth/me" >"$out/mem-$what.txt" 2>&1 || true
     else
@@ -317,11 +319,13 @@ for what in me login; do
     fi
     peak=$(rss "$api_pid" VmHWM)
     after=$(rss "$api_pid" VmRSS)
+    faults=$(( $(awk '{print $10}' "/proc/$api_pid/stat") - faults0 ))
+    served=$(grep -o '"requests":[0-9]*' "$out/mem-$what.txt" | cut -d: -f2)
     sleep 10
     after10=$(rss "$api_pid" VmRSS)
-    record "{\"bench\":\"memory\",\"endpoint\":\"$what\",\"idle_kib\":$idle,\"peak_kib\":$peak,\"after_kib\":$after,\"after10_kib\":$after10}"
+    record "{\"bench\":\"memory\",\"endpoint\":\"$what\",\"idle_kib\":$idle,\"peak_kib\":$peak,\"after_kib\":$after,\"after10_kib\":$after10,\"minor_faults\":$faults,\"requests\":${served:-0}}"
 done
-echo "wrk -t2 -c100 -d${SECS}s (GET /auth/me, POST /auth/login); VmRSS before, VmHWM after (reset by writing 5 to /proc/PID/clear_refs), VmRSS 10 s after" >>"$commands"
+echo "wrk -t2 -c100 -d${SECS}s (GET /auth/me, POST /auth/login); VmRSS before, VmHWM after (reset by writing 5 to /proc/PID/clear_refs), VmRSS 10 s after; page faults from /proc/PID/stat (minflt) over the load" >>"$commands"
 cleanup
 pids=()
 
