@@ -41,6 +41,9 @@
 //!   keys or more and treats as one pattern for one key (an odd number of
 //!   matches makes Spin panic: here an error). `set-many` is one `MSET`,
 //!   `delete-many` one `DEL`. Counters are `INCRBY` strings of digits.
+//! * SQLite, one deliberate difference: `increment(key, 0)` (how the service
+//!   reads a counter) is a read of the committed value and creates nothing,
+//!   where Spin writes the counter back (see `SqliteKv::read_counter`).
 //! * Both: a `cas` handle reads the store in `current`, not when it is made;
 //!   `list-keys` with a cursor is an error; a label other than `default` is
 //!   `access-denied`; empty batches never reach the store.
@@ -515,6 +518,9 @@ impl KvBackend for SqliteKv {
     }
 
     fn increment(&self, key: &str, delta: i64) -> KvResult<i64> {
+        if delta == 0 {
+            return self.read_counter(key);
+        }
         if self.emulation == KvEmulation::Spin402 {
             return self.increment_le(key, delta);
         }
@@ -575,6 +581,10 @@ impl KvBackend for SqliteKv {
     }
 
     fn write_async(&self, op: WriteOp) -> Result<KvFuture<i64>, WriteOp> {
+        if let WriteOp::Increment(key, 0) = &op {
+            let read = self.read_counter(key);
+            return Ok(Box::pin(std::future::ready(read)));
+        }
         let emulation = self.emulation;
         let (reply, answer) = tokio::sync::oneshot::channel::<KvResult<i64>>();
         let job: WriteJob = Box::new(move |conn| {
@@ -604,6 +614,34 @@ impl KvBackend for SqliteKv {
 }
 
 impl SqliteKv {
+    /// `increment(key, 0)`, which is how the service reads a counter: a
+    /// read of the committed value on a reader connection (0 when missing,
+    /// and the key is not created), so it neither queues behind the writer
+    /// nor waits for a commit's fsync. Spin writes the unchanged counter
+    /// back (creating a zero counter for a missing key); only a `get` of
+    /// that key could tell, and the service reads counters only through
+    /// `increment`. Values that are not counters are refused exactly as
+    /// the increment would refuse them. Linearisable: a concurrent
+    /// increment not yet committed has not returned to its caller either.
+    fn read_counter(&self, key: &str) -> KvResult<i64> {
+        let emulation = self.emulation;
+        self.with(|c| {
+            let mut st = c.prepare_cached("SELECT value FROM kv WHERE key = ?1")?;
+            let mut rows = st.query(params![key])?;
+            let Some(row) = rows.next()? else {
+                return Ok(0);
+            };
+            match (row.get_ref(0)?, emulation) {
+                (ValueRef::Integer(n), _) => Ok(n),
+                (ValueRef::Blob(b), KvEmulation::Spin402) => <[u8; 8]>::try_from(b)
+                    .map(i64::from_le_bytes)
+                    .map_err(|_| not_le_counter(key)),
+                (_, KvEmulation::Spin402) => Err(not_le_counter(key)),
+                (_, KvEmulation::None) => Err(not_int_counter(key)),
+            }
+        })
+    }
+
     /// Spin 4.0.2's counter: read the 8-byte little-endian blob (0 when
     /// missing), add with wrap-around (Spin's release build), write it back.
     /// An `INTEGER` (this host's own form) is read too and rewritten.
@@ -640,7 +678,17 @@ fn increment_int_in(c: &Connection, key: &str, delta: i64) -> KvResult<i64> {
         )?
         .query_row(params![key, delta], |r| r.get(0))
         .optional()?;
-    v.ok_or_else(|| KvError(format!("sqlite: value at {key:?} is not a counter")))
+    v.ok_or_else(|| not_int_counter(key))
+}
+
+fn not_int_counter(key: &str) -> KvError {
+    KvError(format!("sqlite: value at {key:?} is not a counter"))
+}
+
+fn not_le_counter(key: &str) -> KvError {
+    KvError(format!(
+        "sqlite: value at {key:?} is not an 8-byte counter (Spin 4.0.2 would panic here)"
+    ))
 }
 
 /// Spin 4.0.2's counter: read the 8-byte little-endian blob (0 when
@@ -662,12 +710,7 @@ fn increment_le_in(tx: &Connection, key: &str, delta: i64) -> KvResult<i64> {
     let new = match old {
         None => delta,
         Some(Some(n)) => n.wrapping_add(delta),
-        Some(None) => {
-            return Err(KvError(format!(
-                "sqlite: value at {key:?} is not an 8-byte counter \
-                         (Spin 4.0.2 would panic here)"
-            )))
-        }
+        Some(None) => return Err(not_le_counter(key)),
     };
     tx.prepare_cached(SQLITE_UPSERT)?
         .execute(params![key, &new.to_le_bytes()[..]])?;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use tfa_host::kv::{FailingKv, KvBackend, KvEmulation, SqliteKv};
+use tfa_host::kv::{FailingKv, KvBackend, KvEmulation, SqliteKv, WriteOp};
 
 struct TempDir(PathBuf);
 
@@ -437,4 +437,67 @@ fn group_commit_keeps_every_write_on_its_own() {
     drop((a, b));
     let c = SqliteKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap();
     assert_eq!(c.increment("counter", 0).unwrap(), (THREADS * EACH) as i64);
+}
+
+/// `increment(key, 0)` is how the service reads a counter: answered from
+/// the committed value without a write, in both emulations, through the
+/// blocking and the queued interface alike; nothing is created for a
+/// missing key; a value that is not a counter is refused as an increment
+/// would refuse it.
+#[test]
+fn counter_reads_write_nothing() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    for (emulation, refusal) in [
+        (KvEmulation::None, "is not a counter"),
+        (KvEmulation::Spin402, "not an 8-byte counter"),
+    ] {
+        let dir = TempDir::new(&format!("read-counter-{}", emulation.name()));
+        let kv = SqliteKv::open_dir(&dir.0, emulation).unwrap();
+        assert_eq!(kv.increment("missing", 0).unwrap(), 0);
+        assert_eq!(kv.get("missing").unwrap(), None, "{emulation}");
+        assert_eq!(kv.increment("n", 5).unwrap(), 5);
+        assert_eq!(kv.increment("n", 0).unwrap(), 5);
+        let queued = kv.write_async(WriteOp::Increment("n".into(), 0)).unwrap();
+        assert_eq!(rt.block_on(queued).unwrap(), 5);
+        let queued = kv.write_async(WriteOp::Increment("n".into(), 2)).unwrap();
+        assert_eq!(rt.block_on(queued).unwrap(), 7);
+        kv.set("plain", b"hello").unwrap();
+        for e in [
+            kv.increment("plain", 0).unwrap_err(),
+            kv.increment("plain", 1).unwrap_err(),
+        ] {
+            assert!(e.0.contains(refusal), "{emulation}: {e}");
+        }
+        assert_eq!(kv.get("plain").unwrap().unwrap(), b"hello".to_vec());
+    }
+}
+
+/// A counter read does not queue behind the writer: while another
+/// connection holds SQLite's write lock (so no commit can happen), the
+/// committed value is answered at once; the increment waits for the lock.
+#[test]
+fn counter_reads_do_not_wait_for_the_writer() {
+    let dir = TempDir::new("read-counter-lock");
+    let kv = Arc::new(SqliteKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap());
+    assert_eq!(kv.increment("n", 3).unwrap(), 3);
+    let other = rusqlite::Connection::open(dir.0.join("kv.sqlite3")).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let writer = {
+        let (kv, tx) = (kv.clone(), tx.clone());
+        thread::spawn(move || tx.send(("increment", kv.increment("n", 1))).unwrap())
+    };
+    let reader = {
+        let kv = kv.clone();
+        thread::spawn(move || tx.send(("read", kv.increment("n", 0))).unwrap())
+    };
+    let first = rx.recv_timeout(std::time::Duration::from_secs(5));
+    assert_eq!(first.unwrap(), ("read", Ok(3)));
+    other.execute_batch("ROLLBACK").unwrap();
+    let second = rx.recv_timeout(std::time::Duration::from_secs(15));
+    assert_eq!(second.unwrap(), ("increment", Ok(4)));
+    writer.join().unwrap();
+    reader.join().unwrap();
 }
