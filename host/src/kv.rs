@@ -41,9 +41,11 @@
 //!   keys or more and treats as one pattern for one key (an odd number of
 //!   matches makes Spin panic: here an error). `set-many` is one `MSET`,
 //!   `delete-many` one `DEL`. Counters are `INCRBY` strings of digits.
-//! * SQLite, one deliberate difference: `increment(key, 0)` (how the service
-//!   reads a counter) is a read of the committed value and creates nothing,
-//!   where Spin writes the counter back (see `SqliteKv::read_counter`).
+//! * SQLite, two writes that change nothing are reads here: `increment(key,
+//!   0)` (how the service reads a counter) answers the committed value and
+//!   creates nothing, where Spin writes the counter back (see
+//!   `SqliteKv::read_counter`); `delete` of a key that is not there returns
+//!   without a transaction.
 //! * Both: a `cas` handle reads the store in `current`, not when it is made;
 //!   `list-keys` with a cursor is an error; a label other than `default` is
 //!   `access-denied`; empty batches never reach the store.
@@ -453,6 +455,9 @@ impl KvBackend for SqliteKv {
     }
 
     fn delete(&self, key: &str) -> KvResult<()> {
+        if !self.exists(key)? {
+            return Ok(());
+        }
         let key = key.to_string();
         self.write(move |c| remove(c, &key))
     }
@@ -581,9 +586,19 @@ impl KvBackend for SqliteKv {
     }
 
     fn write_async(&self, op: WriteOp) -> Result<KvFuture<i64>, WriteOp> {
-        if let WriteOp::Increment(key, 0) = &op {
-            let read = self.read_counter(key);
-            return Ok(Box::pin(std::future::ready(read)));
+        match &op {
+            WriteOp::Increment(key, 0) => {
+                let read = self.read_counter(key);
+                return Ok(Box::pin(std::future::ready(read)));
+            }
+            // Deleting a key that is not there changes nothing: no write,
+            // no wait for a commit (see `SqliteKv::read_counter` for why a
+            // read of the committed state is linearisable).
+            WriteOp::Delete(key) => match self.exists(key) {
+                Ok(true) => {}
+                done => return Ok(Box::pin(std::future::ready(done.map(|_| 0)))),
+            },
+            _ => {}
         }
         let emulation = self.emulation;
         let (reply, answer) = tokio::sync::oneshot::channel::<KvResult<i64>>();

@@ -501,3 +501,37 @@ fn counter_reads_do_not_wait_for_the_writer() {
     writer.join().unwrap();
     reader.join().unwrap();
 }
+
+/// Deleting a key that is not there is answered without the writer: also
+/// while another connection holds the write lock. A key that is there is
+/// deleted (and that waits for the lock).
+#[test]
+fn deleting_a_missing_key_does_not_wait_for_the_writer() {
+    let dir = TempDir::new("delete-missing");
+    let kv = Arc::new(SqliteKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap());
+    kv.set("there", b"x").unwrap();
+    let other = rusqlite::Connection::open(dir.0.join("kv.sqlite3")).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut threads = Vec::new();
+    for key in ["there", "absent"] {
+        let (kv, tx) = (kv.clone(), tx.clone());
+        threads.push(thread::spawn(move || {
+            tx.send((key, kv.delete(key))).unwrap();
+        }));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let queued = kv.write_async(WriteOp::Delete("absent2".into())).unwrap();
+    assert_eq!(rt.block_on(queued), Ok(0));
+    let first = rx.recv_timeout(std::time::Duration::from_secs(5));
+    assert_eq!(first.unwrap(), ("absent", Ok(())));
+    other.execute_batch("ROLLBACK").unwrap();
+    let second = rx.recv_timeout(std::time::Duration::from_secs(15));
+    assert_eq!(second.unwrap(), ("there", Ok(())));
+    assert_eq!(kv.get("there").unwrap(), None);
+    for t in threads {
+        t.join().unwrap();
+    }
+}
