@@ -151,7 +151,9 @@ pub fn parse_response(status: Option<u16>, body: &[u8]) -> Result<bool, ApiError
         (Some(true), Some(data)) if is_json_object(data.get().as_bytes()) => data.get(),
         _ => return Err(ApiError::Garbage),
     };
-    serde_json::from_str::<Data>(data)
+    // `from_slice`, like the outer parse: `from_str` would link a second
+    // copy of the JSON parser (for its `&str` reader), for the same result.
+    serde_json::from_slice::<Data>(data.as_bytes())
         .ok()
         .and_then(|d| d.active)
         .ok_or(ApiError::Garbage)
