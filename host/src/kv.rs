@@ -439,14 +439,7 @@ fn value_bytes(v: ValueRef<'_>, emulation: KvEmulation) -> KvResult<Vec<u8>> {
 
 impl KvBackend for SqliteKv {
     fn get(&self, key: &str) -> KvResult<Option<Vec<u8>>> {
-        self.with(|c| {
-            let mut st = c.prepare_cached("SELECT value FROM kv WHERE key = ?1")?;
-            let mut rows = st.query(params![key])?;
-            match rows.next()? {
-                Some(row) => Ok(Some(value_bytes(row.get_ref(0)?, self.emulation)?)),
-                None => Ok(None),
-            }
-        })
+        self.read(key, |v| value_bytes(v, self.emulation))
     }
 
     fn set(&self, key: &str, value: &[u8]) -> KvResult<()> {
@@ -639,20 +632,27 @@ impl SqliteKv {
     /// the increment would refuse them. Linearisable: a concurrent
     /// increment not yet committed has not returned to its caller either.
     fn read_counter(&self, key: &str) -> KvResult<i64> {
-        let emulation = self.emulation;
+        let counter = self.read(key, |v| match (self.emulation, v) {
+            (KvEmulation::Spin402, v) => le_counter(v).ok_or_else(|| not_le_counter(key)),
+            (KvEmulation::None, ValueRef::Integer(n)) => Ok(n),
+            (KvEmulation::None, _) => Err(not_int_counter(key)),
+        })?;
+        Ok(counter.unwrap_or(0))
+    }
+
+    /// The committed value at `key` on a reader connection, handed to
+    /// `f`; `None` when the key is missing.
+    fn read<T>(
+        &self,
+        key: &str,
+        f: impl FnOnce(ValueRef<'_>) -> KvResult<T>,
+    ) -> KvResult<Option<T>> {
         self.with(|c| {
             let mut st = c.prepare_cached("SELECT value FROM kv WHERE key = ?1")?;
             let mut rows = st.query(params![key])?;
-            let Some(row) = rows.next()? else {
-                return Ok(0);
-            };
-            match (row.get_ref(0)?, emulation) {
-                (ValueRef::Integer(n), _) => Ok(n),
-                (ValueRef::Blob(b), KvEmulation::Spin402) => <[u8; 8]>::try_from(b)
-                    .map(i64::from_le_bytes)
-                    .map_err(|_| not_le_counter(key)),
-                (_, KvEmulation::Spin402) => Err(not_le_counter(key)),
-                (_, KvEmulation::None) => Err(not_int_counter(key)),
+            match rows.next()? {
+                Some(row) => f(row.get_ref(0)?).map(Some),
+                None => Ok(None),
             }
         })
     }
@@ -696,6 +696,16 @@ fn increment_int_in(c: &Connection, key: &str, delta: i64) -> KvResult<i64> {
     v.ok_or_else(|| not_int_counter(key))
 }
 
+/// A stored value as Spin 4.0.2's counter: an 8-byte little-endian blob, or
+/// an `INTEGER` (this host's own form, from older data directories).
+fn le_counter(v: ValueRef<'_>) -> Option<i64> {
+    match v {
+        ValueRef::Blob(b) => <[u8; 8]>::try_from(b).ok().map(i64::from_le_bytes),
+        ValueRef::Integer(i) => Some(i),
+        _ => None,
+    }
+}
+
 fn not_int_counter(key: &str) -> KvError {
     KvError(format!("sqlite: value at {key:?} is not a counter"))
 }
@@ -714,13 +724,7 @@ fn not_le_counter(key: &str) -> KvError {
 fn increment_le_in(tx: &Connection, key: &str, delta: i64) -> KvResult<i64> {
     let old: Option<Option<i64>> = tx
         .prepare_cached("SELECT value FROM kv WHERE key = ?1")?
-        .query_row(params![key], |r| {
-            Ok(match r.get_ref(0)? {
-                ValueRef::Blob(b) => <[u8; 8]>::try_from(b).ok().map(i64::from_le_bytes),
-                ValueRef::Integer(i) => Some(i),
-                _ => None,
-            })
-        })
+        .query_row(params![key], |r| Ok(le_counter(r.get_ref(0)?)))
         .optional()?;
     let new = match old {
         None => delta,
