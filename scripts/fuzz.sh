@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Fuzzes tfa-core and the Envoy filter's configuration parser with cargo-fuzz
-# (libFuzzer; needs the nightly toolchain).
+# Fuzzes tfa-core and the Envoy filter's configuration parser with libFuzzer
+# (crate libfuzzer-sys), without cargo-fuzz: the script builds the fuzz
+# binaries with the coverage instrumentation cargo-fuzz would ask for
+# (LLVM's SanitizerCoverage: inline 8-bit counters, PC table, compare
+# tracing; `--cfg fuzzing`, debug assertions and overflow checks on) and runs
+# them itself. The short mode needs only the stable toolchain, so a fresh
+# machine installs neither nightly nor cargo-fuzz for the test command.
 #
 #   scripts/fuzz.sh [--short]   each target for FUZZ_SECONDS (default 20) s,
 #                               no sanitizer (core forbids unsafe code); this is
-#                               what scripts/test-hardening.sh runs.
+#                               what scripts/test.sh and test-hardening.sh run.
 #   scripts/fuzz.sh --long      each target for FUZZ_SECONDS (default 1800 =
-#                               30 min) s under AddressSanitizer, 2 jobs.
+#                               30 min) s under AddressSanitizer, 2 jobs
+#                               (needs nightly for -Zsanitizer; installed when
+#                               missing).
 #   FUZZ_TARGETS="jwt_parse filter_config" scripts/fuzz.sh   only those targets.
 #
 # Targets: api_sequence, jwt_parse, signature_header, normalise, webauthn_parse (core/fuzz)
@@ -16,7 +23,9 @@
 # invariant is copied to <crate>/fuzz/regressions/<target>/, where the native
 # test <crate>/tests/fuzz_regressions.rs replays it on every `cargo test`; the
 # script then fails. Execution counts of the run are written to
-# target/fuzz-summary.txt.
+# target/fuzz-summary.txt. `cargo fuzz run <target>` in <crate> still works
+# for anyone who has cargo-fuzz (the fuzz crates are ordinary cargo-fuzz
+# projects).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
@@ -35,8 +44,22 @@ fi
 targets=(${FUZZ_TARGETS:-api_sequence jwt_parse signature_header normalise webauthn_parse filter_config})
 crate_of() { if [ "$1" = filter_config ]; then echo edge-filter; else echo core; fi; }
 
-rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
-command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+# The instrumentation of a libFuzzer build. --target keeps RUSTFLAGS away
+# from build scripts and proc macros, which run on the host uninstrumented.
+flags=(--cfg fuzzing -Cpasses=sancov-module
+  -Cllvm-args=-sanitizer-coverage-level=4
+  -Cllvm-args=-sanitizer-coverage-inline-8bit-counters
+  -Cllvm-args=-sanitizer-coverage-pc-table
+  -Cllvm-args=-sanitizer-coverage-trace-compares
+  -Cdebug-assertions -Coverflow-checks)
+toolchain=()
+if [ "$sanitizer" = address ]; then
+  rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+  toolchain=(+nightly)
+  flags+=(-Zsanitizer=address)
+fi
+triple="$(rustc -vV | sed -n 's/^host: //p')"
+bin_dir="$root/target/fuzz/$triple/release"
 
 built=""
 mkdir -p "$root/target"
@@ -50,8 +73,9 @@ for t in "${targets[@]}"; do
   case " $built " in
     *" $crate "*) ;;
     *)
-      echo "==> cargo fuzz build in $crate (sanitizer: $sanitizer)"
-      cargo +nightly fuzz build -s "$sanitizer" --target-dir "$root/target/fuzz"
+      echo "==> build the fuzz targets of $crate (sanitizer: $sanitizer)"
+      RUSTFLAGS="${flags[*]}" cargo "${toolchain[@]}" build --release \
+        --manifest-path "$fz/Cargo.toml" --target "$triple" --target-dir "$root/target/fuzz"
       built="$built $crate"
       ;;
   esac
@@ -64,7 +88,7 @@ for t in "${targets[@]}"; do
   log="$fz/last-run/$t.log"
   echo "==> fuzz $t for ${secs}s"
   set +e
-  cargo +nightly fuzz run -s "$sanitizer" --target-dir "$root/target/fuzz" "$t" "$corpus" -- \
+  "$bin_dir/$t" "$corpus" \
     -max_total_time="$secs" -max_len=4096 -len_control=0 -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 "${parallel[@]}" "${dict[@]}" \
     -artifact_prefix="$fz/artifacts/$t/" >"$log" 2>&1
