@@ -34,8 +34,8 @@ fi
 
 target_dir="${CARGO_TARGET_DIR:-target}"
 
-say "building the component (spin-app, wasm32-wasip2, release)"
-cargo build --target wasm32-wasip2 --release -p spin-app
+say "building the components (spin-app and tfa-mailer, wasm32-wasip2, release)"
+cargo build --target wasm32-wasip2 --release -p spin-app -p tfa-mailer
 
 say "building the host (tfa-host, profile host; the first build takes several minutes)"
 cargo build --profile host -p tfa-host --bin tfa-host

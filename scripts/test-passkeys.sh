@@ -20,7 +20,7 @@ if ! command -v envoy >/dev/null 2>&1; then
   hash -r
 fi
 if [ -z "${TFA_COMPONENT_WASM:-}" ]; then
-  cargo build --release --target wasm32-wasip2 -p spin-app
+  cargo build --release --target wasm32-wasip2 -p spin-app -p tfa-mailer
   export TFA_COMPONENT_WASM="$target_dir/wasm32-wasip2/release/spin_app.wasm"
 fi
 if [ -z "${TFA_FILTER_WASM:-}" ]; then

@@ -12,8 +12,8 @@
 # Skips (exit 0, with a message) when SPIN_BIN is not set: Spin is not on
 # the package registries; ../shared/spin/BUILD.md builds it from source.
 #
-# Steps: the component (`$SPIN_BIN build`, unless TFA_COMPONENT_WASM names
-# the one spin.toml serves), `spin up` with no variables must start with no
+# Steps: the components (`$SPIN_BIN build`, unless TFA_COMPONENT_WASM and
+# TFA_MAILER_WASM name the ones spin.toml serves), `spin up` with no variables must start with no
 # warning and answer, then the test files below, TFA_SPIN_TEST_THREADS
 # (default 2) tests at a time. Tests that need hooks only the local host has
 # are skipped by name, and listed with the reason. Every Spin process is
@@ -64,22 +64,29 @@ else
   echo "not available: api_email is skipped"
 fi
 
-step "the component that spin.toml serves"
+step "the components that spin.toml serves (API, mailer)"
 manifest_wasm="$PWD/target/wasm32-wasip2/release/spin_app.wasm"
-if [ -n "${TFA_COMPONENT_WASM:-}" ]; then
-  [ -f "$TFA_COMPONENT_WASM" ] || { echo "TFA_COMPONENT_WASM does not exist: $TFA_COMPONENT_WASM" >&2; exit 1; }
-  echo "already built: $TFA_COMPONENT_WASM"
+manifest_mailer="$PWD/target/wasm32-wasip2/release/tfa_mailer.wasm"
+if [ -n "${TFA_COMPONENT_WASM:-}" ] && [ -n "${TFA_MAILER_WASM:-}" ]; then
+  for f in "$TFA_COMPONENT_WASM" "$TFA_MAILER_WASM"; do
+    [ -f "$f" ] || { echo "$f does not exist (TFA_COMPONENT_WASM, TFA_MAILER_WASM)" >&2; exit 1; }
+  done
+  echo "already built: $TFA_COMPONENT_WASM $TFA_MAILER_WASM"
 else
-  # spin.toml's build command (cargo build --target wasm32-wasip2 --release -p spin-app).
+  # spin.toml's build commands (cargo build --target wasm32-wasip2 --release
+  # -p spin-app, then -p tfa-mailer).
   "$SPIN_BIN" build
-  export TFA_COMPONENT_WASM="$manifest_wasm"
+  export TFA_COMPONENT_WASM="$manifest_wasm" TFA_MAILER_WASM="$manifest_mailer"
 fi
-if [ ! -f "$manifest_wasm" ] || [ "$(realpath "$TFA_COMPONENT_WASM")" != "$(realpath "$manifest_wasm")" ]; then
-  echo "spin.toml serves $manifest_wasm, but the component under test is $TFA_COMPONENT_WASM;" >&2
-  echo "build it where spin.toml expects it (\`\$SPIN_BIN build\` without CARGO_TARGET_DIR)" >&2
-  exit 1
-fi
-ls -l "$TFA_COMPONENT_WASM"
+for pair in "$manifest_wasm:$TFA_COMPONENT_WASM" "$manifest_mailer:$TFA_MAILER_WASM"; do
+  named="${pair%%:*}" given="${pair#*:}"
+  if [ ! -f "$named" ] || [ "$(realpath "$given")" != "$(realpath "$named")" ]; then
+    echo "spin.toml serves $named, but the component under test is $given;" >&2
+    echo "build it where spin.toml expects it (\`\$SPIN_BIN build\` without CARGO_TARGET_DIR)" >&2
+    exit 1
+  fi
+done
+ls -l "$TFA_COMPONENT_WASM" "$TFA_MAILER_WASM"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/tfa-spin.XXXXXX")"
 spin_pid=""

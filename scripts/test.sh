@@ -77,11 +77,11 @@ step "core's layers: imports run one way (with a self-test that plants violation
 python3 scripts/check-layers.py --self-test
 
 step "cargo clippy (wasm targets)"
-cargo clippy -p spin-app -p tfa-bench-floor --target wasm32-wasip2 -- -D warnings
+cargo clippy -p spin-app -p tfa-mailer -p tfa-bench-floor --target wasm32-wasip2 -- -D warnings
 cargo clippy -p edge-filter --target wasm32-wasip1 -- -D warnings
 
-step "build the artefacts once: component, filter"
-cargo build --release --target wasm32-wasip2 -p spin-app
+step "build the artefacts once: the components (API, mailer), the filter"
+cargo build --release --target wasm32-wasip2 -p spin-app -p tfa-mailer
 cargo build --release --target wasm32-wasip1 -p edge-filter
 
 # The native code is linted while it is built, instead of by a separate
@@ -110,9 +110,10 @@ echo "self-test: clippy-driver refuses a planted lint"
 env "${lint_env[@]}" cargo build --workspace --all-targets
 target_dir="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)"
 export TFA_COMPONENT_WASM="$target_dir/wasm32-wasip2/release/spin_app.wasm"
+export TFA_MAILER_WASM="$target_dir/wasm32-wasip2/release/tfa_mailer.wasm"
 export TFA_FILTER_WASM="$target_dir/wasm32-wasip1/release/edge_filter.wasm"
 export TFA_HOST_BIN="$target_dir/debug/tfa-host"
-ls -l "$TFA_COMPONENT_WASM" "$TFA_FILTER_WASM" "$TFA_HOST_BIN"
+ls -l "$TFA_COMPONENT_WASM" "$TFA_MAILER_WASM" "$TFA_FILTER_WASM" "$TFA_HOST_BIN"
 
 step "cargo test --workspace (core, host, component, filter, end-to-end)"
 env "${lint_env[@]}" cargo test --workspace

@@ -1,10 +1,16 @@
-//! `tfa-host`: a local host for the two-factor-auth Spin component.
+//! `tfa-host`: a local host for the two-factor-auth Spin application.
 //!
-//! It serves the same `.wasm` that Spin runs (`spin_app.wasm`), providing
-//! exactly the imports that component uses:
+//! It serves the same `.wasm` files that Spin runs: the API component
+//! (`spin_app.wasm`, `COMPONENT_PATH`) on 127.0.0.1, and the mailer
+//! component (`tfa_mailer.wasm`, `MAILER_PATH`, default: beside the API
+//! component) which only the API reaches, at
+//! `http://tfa-mailer.spin.internal` (Spin's local service chaining; see
+//! [`runtime::Chained`]). Each component gets what its part of `spin.toml`
+//! grants ([`runtime::Grants`]): the API the key-value store and outbound
+//! HTTP, the mailer outbound TCP to the SMTP server. Between them they use:
 //!
-//! * the WASI 0.2 base (`wasmtime-wasi`: cli, clocks, random, io; sockets
-//!   and files denied),
+//! * the WASI 0.2 base (`wasmtime-wasi`: cli, clocks, random, io; files
+//!   denied, TCP sockets for the mailer only),
 //! * `wasi:http` incoming handler and outgoing handler (`wasmtime-wasi-http`),
 //!   outgoing restricted to the allowed hosts ([`outbound`]),
 //! * `fermyon:spin/key-value@2.0.0` and `wasi:keyvalue/{store,atomics,batch}
@@ -21,9 +27,14 @@
 //! of `KV_CA_FILE`), `KV_EMULATE` (`spin-4.0.2`, the default:
 //! the stores behave exactly like Spin 4.0.2's, limits included; `none`:
 //! this host's own, more capable semantics; see [`kv`]), `COMPONENT_PATH`
-//! (default `target/wasm32-wasip2/release/spin_app.wasm`), `SPIN_MANIFEST` (default
-//! `./spin.toml` when present) and `ALLOWED_OUTBOUND_HOSTS` (the Twilio API base and the
-//! SMTP server named by the service's settings are allowed without it). Test hook:
+//! (default `target/wasm32-wasip2/release/spin_app.wasm`), `MAILER_PATH`
+//! (default `tfa_mailer.wasm` in `COMPONENT_PATH`'s folder; when it is
+//! missing the host serves the API alone and logs that e-mail cannot be
+//! sent), `SPIN_MANIFEST` (default `./spin.toml` when present: each
+//! component's `allowed_outbound_hosts`) and `ALLOWED_OUTBOUND_HOSTS` (its
+//! `tcp://` entries for the mailer, the others for the API; the Twilio API
+//! base and the SMTP server named by the service's settings are allowed
+//! without it). Test hook:
 //! `TFA_FAIL_STORE_AFTER=N` makes every store operation from the N-th on fail
 //! (`TFA_FAIL_STORE_COUNT=K` limits that to K operations);
 //! `TFA_CLOCK_OFFSET_MS=N` shows the component a wall clock N ms ahead (to
@@ -92,8 +103,10 @@ pub struct HostSettings {
     pub kv_ca_file: Option<PathBuf>,
     /// Whose key-value semantics the stores follow (`KV_EMULATE`).
     pub kv_emulate: kv::KvEmulation,
-    /// The component.
+    /// The API component.
     pub component_path: PathBuf,
+    /// The mailer component (`MAILER_PATH`).
+    pub mailer_path: PathBuf,
     /// The Spin manifest to read `allowed_outbound_hosts` from.
     pub manifest: Option<PathBuf>,
     /// Extra allowed outbound hosts (comma-separated patterns).
@@ -145,6 +158,10 @@ impl HostSettings {
                 .transpose()
         };
         let data_dir = PathBuf::from(get("DATA_DIR").unwrap_or_else(|| "./.data".into()));
+        let component_path = PathBuf::from(
+            get("COMPONENT_PATH")
+                .unwrap_or_else(|| "target/wasm32-wasip2/release/spin_app.wasm".into()),
+        );
         let manifest = match get("SPIN_MANIFEST") {
             Some(p) => Some(PathBuf::from(p)),
             None => Some(PathBuf::from("spin.toml")).filter(|p| p.exists()),
@@ -197,10 +214,13 @@ impl HostSettings {
             kv_ca_file: get("KV_CA_FILE").map(PathBuf::from),
             kv_emulate: kv::KvEmulation::parse(get("KV_EMULATE").as_deref())
                 .map_err(anyhow::Error::msg)?,
-            component_path: PathBuf::from(
-                get("COMPONENT_PATH")
-                    .unwrap_or_else(|| "target/wasm32-wasip2/release/spin_app.wasm".into()),
-            ),
+            component_path: component_path.clone(),
+            mailer_path: get("MAILER_PATH").map(PathBuf::from).unwrap_or_else(|| {
+                component_path
+                    .parent()
+                    .unwrap_or(std::path::Path::new("."))
+                    .join("tfa_mailer.wasm")
+            }),
             manifest,
             allowed_outbound_hosts: get("ALLOWED_OUTBOUND_HOSTS"),
             fail_store_after: num("TFA_FAIL_STORE_AFTER")?,
@@ -233,6 +253,93 @@ pub fn service_settings(
     (vars, pairs)
 }
 
+/// The API component's id in `spin.toml`.
+pub const API_COMPONENT: &str = "two-factor-auth";
+/// The mailer component's id in `spin.toml` (its host name for local
+/// service chaining is `tfa-mailer.spin.internal`).
+pub const MAILER_COMPONENT: &str = "tfa-mailer";
+
+/// The allow-lists of the API and the mailer component: each one's
+/// `allowed_outbound_hosts` from the manifest (without one: the Twilio API
+/// and the mailer for the API, nothing for the mailer), then
+/// `ALLOWED_OUTBOUND_HOSTS` (`tcp://` entries to the mailer, the others to
+/// the API) and the gateways the service's settings name (the Twilio API
+/// base to the API, the SMTP server to the mailer). Both are logged.
+fn allow_lists(
+    settings: &HostSettings,
+    core_config: Option<&tfa_core::Config>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<(outbound::AllowList, outbound::AllowList)> {
+    let mut warnings = Vec::new();
+    let (mut api, mut mailer) = match &settings.manifest {
+        Some(path) => (
+            outbound::from_manifest(path, API_COMPONENT, env, &mut warnings)
+                .map_err(anyhow::Error::msg)?,
+            outbound::from_manifest(path, MAILER_COMPONENT, env, &mut warnings)
+                .map_err(anyhow::Error::msg)?,
+        ),
+        None => (
+            ["https://api.twilio.com", tfa_smtp::relay::MAILER_ORIGIN]
+                .iter()
+                .map(|p| outbound::HostPattern::parse(p))
+                .collect::<Result<_, _>>()
+                .map_err(anyhow::Error::msg)?,
+            Vec::new(),
+        ),
+    };
+    let mut add = |p: outbound::HostPattern| {
+        if p.for_http() && !api.contains(&p) {
+            api.push(p.clone());
+        }
+        if p.for_tcp() && !mailer.contains(&p) {
+            mailer.push(p);
+        }
+    };
+    if let Some(list) = &settings.allowed_outbound_hosts {
+        outbound::from_list(list, &mut warnings)
+            .into_iter()
+            .for_each(&mut add);
+    }
+    // The gateways the settings name (Twilio base, SMTP server) are allowed
+    // without repeating them in ALLOWED_OUTBOUND_HOSTS.
+    if let Some(c) = core_config {
+        let resolve = |host: &str, port: u16| -> Vec<std::net::IpAddr> {
+            use std::net::ToSocketAddrs as _;
+            (host, port)
+                .to_socket_addrs()
+                .map(|a| a.map(|a| a.ip()).collect())
+                .unwrap_or_default()
+        };
+        outbound::gateway_patterns(
+            c.twilio.as_ref().map(|t| t.api_base.as_str()),
+            c.email.as_ref().map(|e| (e.host.as_str(), e.port)),
+            &resolve,
+            &mut warnings,
+        )
+        .into_iter()
+        .for_each(&mut add);
+    }
+    for w in &warnings {
+        eprintln!("tfa-host: warning: {w}");
+    }
+    let shown = |list: &[outbound::HostPattern]| {
+        list.iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    eprintln!(
+        "tfa-host: effective allowed outbound hosts (spin.toml, ALLOWED_OUTBOUND_HOSTS, \
+         TWILIO_API_BASE, EMAIL_HOST:EMAIL_PORT): {API_COMPONENT}: {}; {MAILER_COMPONENT}: {}",
+        shown(&api),
+        shown(&mailer)
+    );
+    Ok((
+        outbound::AllowList::new(api),
+        outbound::AllowList::new(mailer),
+    ))
+}
+
 /// Builds everything and serves until SIGINT/SIGTERM.
 pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     let settings = HostSettings::from_env(env)?;
@@ -256,59 +363,8 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
         }
     };
 
-    // Allowed outbound hosts.
-    let mut warnings = Vec::new();
-    let mut patterns =
-        match &settings.manifest {
-            Some(path) => {
-                outbound::from_manifest(path, env, &mut warnings).map_err(anyhow::Error::msg)?
-            }
-            None => vec![outbound::HostPattern::parse("https://api.twilio.com")
-                .map_err(anyhow::Error::msg)?],
-        };
-    if let Some(list) = &settings.allowed_outbound_hosts {
-        for p in outbound::from_list(list, &mut warnings) {
-            if !patterns.contains(&p) {
-                patterns.push(p);
-            }
-        }
-    }
-    // The gateways the settings name (Twilio base, SMTP server) are allowed
-    // without repeating them in ALLOWED_OUTBOUND_HOSTS.
-    if let Some(c) = &core_config {
-        let resolve = |host: &str, port: u16| -> Vec<std::net::IpAddr> {
-            use std::net::ToSocketAddrs as _;
-            (host, port)
-                .to_socket_addrs()
-                .map(|a| a.map(|a| a.ip()).collect())
-                .unwrap_or_default()
-        };
-        let gateways = outbound::gateway_patterns(
-            c.twilio.as_ref().map(|t| t.api_base.as_str()),
-            c.email.as_ref().map(|e| (e.host.as_str(), e.port)),
-            &resolve,
-            &mut warnings,
-        );
-        for p in gateways {
-            if !patterns.contains(&p) {
-                patterns.push(p);
-            }
-        }
-    }
-    for w in &warnings {
-        eprintln!("tfa-host: warning: {w}");
-    }
-    let allow = outbound::AllowList::new(patterns);
-    eprintln!(
-        "tfa-host: effective allowed outbound hosts (spin.toml, ALLOWED_OUTBOUND_HOSTS, \
-         TWILIO_API_BASE, EMAIL_HOST:EMAIL_PORT): {}",
-        allow
-            .patterns()
-            .iter()
-            .map(|p| p.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    // Allowed outbound hosts, per component.
+    let (api_allow, mailer_allow) = allow_lists(&settings, core_config.as_ref(), env)?;
 
     // Connect-time SSRF check (host/src/netguard.rs).
     let hooks = netguard::TestHooks::from_env(env).map_err(anyhow::Error::msg)?;
@@ -371,15 +427,50 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
         runtime::load_component(&engine, &settings.component_path, &settings.cache_dir).await?;
     let linker = runtime::linker(&engine)?;
     let pre = runtime::pre_instantiate(&linker, &component)?;
+    let guard = Arc::new(guard);
+    let clock_offset = std::time::Duration::from_millis(settings.clock_offset_ms);
+
+    // The mailer: the API's e-mail, by local service chaining. It has no
+    // variables and no store (spin.toml grants it none).
+    let chain = if settings.mailer_path.exists() {
+        let mailer =
+            runtime::load_component(&engine, &settings.mailer_path, &settings.cache_dir).await?;
+        let shared = Arc::new(runtime::Shared {
+            kv: backend.clone(),
+            variables: BTreeMap::new(),
+            env: Vec::new(),
+            allow: Arc::new(mailer_allow),
+            guard: guard.clone(),
+            clock_offset,
+            kv_count: false,
+            grants: runtime::Grants::MAILER,
+            chain: None,
+        });
+        let pre = runtime::pre_instantiate(&linker, &mailer)?;
+        Some(Arc::new(runtime::Chained::new(
+            runtime::MAILER_HOST,
+            pre,
+            shared,
+            settings.limits.request_timeout,
+        )))
+    } else {
+        crate::log::warn(&format!(
+            "no mailer component at {} (MAILER_PATH): e-mail codes cannot be sent",
+            settings.mailer_path.display()
+        ));
+        None
+    };
 
     let shared = Arc::new(runtime::Shared {
         kv: backend.clone(),
         variables,
         env: wasi_env,
-        allow: Arc::new(allow),
-        guard: Arc::new(guard),
-        clock_offset: std::time::Duration::from_millis(settings.clock_offset_ms),
+        allow: Arc::new(api_allow),
+        guard,
+        clock_offset,
         kv_count: settings.kv_count,
+        grants: runtime::Grants::API,
+        chain,
     });
     if settings.clock_offset_ms > 0 {
         eprintln!(

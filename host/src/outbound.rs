@@ -3,8 +3,8 @@
 //! Patterns are Spin's `allowed_outbound_hosts` entries:
 //! `scheme://host[:port]`, where the scheme is `http`, `https` or `*`, the
 //! host is a name, an IP, `*` or `*.suffix`, and the port is a number or `*`
-//! (no port = the scheme's default). They come from `spin.toml` (every
-//! component's list, `{{ variable }}` templates resolved) and from the
+//! (no port = the scheme's default). They come from `spin.toml` (each
+//! component's own list, `{{ variable }}` templates resolved) and from the
 //! setting `ALLOWED_OUTBOUND_HOSTS` (comma-separated). Anything else is
 //! refused with `HttpRequestDenied`, which the component sees as an error
 //! value, never a trap.
@@ -71,6 +71,18 @@ impl HostPattern {
             port,
             raw: raw.to_string(),
         })
+    }
+
+    /// Whether the pattern can allow TCP connections (`tcp://`, `*://`):
+    /// the mailer component's kind of outbound traffic.
+    pub fn for_tcp(&self) -> bool {
+        self.scheme.as_deref().is_none_or(|s| s == "tcp")
+    }
+
+    /// Whether the pattern can allow HTTP requests (`http://`, `https://`,
+    /// `*://`): the API component's kind.
+    pub fn for_http(&self) -> bool {
+        self.scheme.as_deref() != Some("tcp")
     }
 
     /// Whether a request to `scheme://host:port` matches.
@@ -194,12 +206,14 @@ pub fn expand_template(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Opti
     Some(out)
 }
 
-/// Reads every component's `allowed_outbound_hosts` from the Spin manifest
-/// at `path`, resolving templates with `env(UPPER_NAME)` and then the
-/// manifest's `[variables]` defaults. Entries that resolve to nothing are
-/// skipped; unparseable ones are reported in `warnings`.
+/// Reads the `allowed_outbound_hosts` of the component `id` (`[component.<id>]`)
+/// from the Spin manifest at `path`, resolving templates with
+/// `env(UPPER_NAME)` and then the manifest's `[variables]` defaults. Entries
+/// that resolve to nothing are skipped; unparseable ones are reported in
+/// `warnings`. A manifest without that component is an error.
 pub fn from_manifest(
     path: &Path,
+    id: &str,
     env: &dyn Fn(&str) -> Option<String>,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<HostPattern>, String> {
@@ -224,28 +238,32 @@ pub fn from_manifest(
             .filter(|v| !v.trim().is_empty())
             .or_else(|| defaults.get(name).cloned())
     };
+    let comp = doc
+        .get("component")
+        .and_then(|c| c.as_table())
+        .and_then(|c| c.get(id))
+        .ok_or_else(|| format!("{} has no [component.{id}]", path.display()))?;
+    let hosts = comp
+        .get("allowed_outbound_hosts")
+        .and_then(|h| h.as_array())
+        .cloned()
+        .unwrap_or_default();
     let mut out = Vec::new();
-    let components = doc.get("component").and_then(|c| c.as_table());
-    for (_, comp) in components.into_iter().flatten() {
-        let hosts = comp
-            .get("allowed_outbound_hosts")
-            .and_then(|h| h.as_array())
-            .cloned()
-            .unwrap_or_default();
-        for h in hosts {
-            let Some(raw) = h.as_str() else { continue };
-            let Some(expanded) = expand_template(raw, &lookup) else {
-                warnings.push(format!("allowed_outbound_hosts: cannot resolve {raw:?}"));
-                continue;
-            };
-            if expanded.trim().is_empty() {
-                continue;
-            }
-            match HostPattern::parse(&expanded) {
-                Ok(p) if !out.contains(&p) => out.push(p),
-                Ok(_) => {}
-                Err(e) => warnings.push(format!("allowed_outbound_hosts: {e}")),
-            }
+    for h in hosts {
+        let Some(raw) = h.as_str() else { continue };
+        let Some(expanded) = expand_template(raw, &lookup) else {
+            warnings.push(format!(
+                "allowed_outbound_hosts of {id}: cannot resolve {raw:?}"
+            ));
+            continue;
+        };
+        if expanded.trim().is_empty() {
+            continue;
+        }
+        match HostPattern::parse(&expanded) {
+            Ok(p) if !out.contains(&p) => out.push(p),
+            Ok(_) => {}
+            Err(e) => warnings.push(format!("allowed_outbound_hosts of {id}: {e}")),
         }
     }
     Ok(out)
@@ -393,15 +411,25 @@ extra = { default = "https://api.twilio.com" }
 empty = { default = "" }
 [component.a]
 allowed_outbound_hosts = ["https://api.twilio.com", "{{ extra }}", "{{ empty }}", "bogus"]
+[component.b]
+allowed_outbound_hosts = ["tcp://192.0.2.1:25"]
 "#,
         )
         .unwrap();
         let mut warnings = Vec::new();
         let env = |n: &str| (n == "EXTRA").then(|| "http://127.0.0.1:8081".to_string());
-        let got = from_manifest(&path, &env, &mut warnings).unwrap();
+        let got = from_manifest(&path, "a", &env, &mut warnings).unwrap();
         let raw: Vec<String> = got.iter().map(|p| p.to_string()).collect();
         assert_eq!(raw, ["https://api.twilio.com", "http://127.0.0.1:8081"]);
         assert_eq!(warnings.len(), 1, "{warnings:?}");
+        // Each component has its own list.
+        let got = from_manifest(&path, "b", &env, &mut warnings).unwrap();
+        assert_eq!(got, [HostPattern::parse("tcp://192.0.2.1:25").unwrap()]);
+        assert!(got[0].for_tcp() && !got[0].for_http());
+        let any = HostPattern::parse("*://*:8080").unwrap();
+        assert!(any.for_tcp() && any.for_http());
+        let err = from_manifest(&path, "c", &env, &mut warnings).unwrap_err();
+        assert!(err.ends_with("has no [component.c]"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -1,6 +1,7 @@
 //! The wasmtime side: engine, compiled-component cache, per-request store
-//! state, and the host implementations of Spin's key-value and variables
-//! interfaces and of `wasi:keyvalue`.
+//! state, the host implementations of Spin's key-value and variables
+//! interfaces and of `wasi:keyvalue`, and Spin's local service chaining
+//! (the API component's e-mail goes to the mailer component, [`Chained`]).
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -13,6 +14,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceTable};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::{
     Error as HttpError, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks,
@@ -41,13 +43,47 @@ use bindings::wasi::keyvalue::{atomics, batch, store as wasi_kv};
 /// The only key-value store label the component may open.
 pub const STORE_LABEL: &str = "default";
 
-/// Instances that may run at once (each one is a pooling-allocator slot).
+/// Instances of the API component that may run at once (each one is a
+/// pooling-allocator slot).
 pub const MAX_INSTANCES: u32 = 64;
+
+/// Instances of the mailer component that may run at once: slots of their
+/// own, so that API instances waiting for the mailer never hold every slot
+/// it needs. More deliveries wait for a permit.
+pub const MAILER_INSTANCES: u32 = 4;
+
+/// The host name under which the API component reaches the mailer
+/// (Spin's local service chaining: `<component id>.spin.internal`).
+pub const MAILER_HOST: &str = tfa_smtp::relay::MAILER_HOST;
 
 /// Timeouts for outgoing HTTP when the component sets none.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(30);
 const BETWEEN_BYTES_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a component of the application may use: its part of `spin.toml`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grants {
+    /// The key-value store `default` (`key_value_stores`); without it
+    /// opening a store is `access-denied`, as under Spin.
+    pub key_value: bool,
+    /// Outbound TCP (`wasi:sockets`) to the `tcp://` entries of its
+    /// allow-list; without it every connect is refused.
+    pub tcp: bool,
+}
+
+impl Grants {
+    /// The API component: the store, outbound HTTP only.
+    pub const API: Grants = Grants {
+        key_value: true,
+        tcp: false,
+    };
+    /// The mailer component: TCP to the SMTP server only.
+    pub const MAILER: Grants = Grants {
+        key_value: false,
+        tcp: true,
+    };
+}
 
 /// What every request's store shares.
 pub struct Shared {
@@ -66,6 +102,11 @@ pub struct Shared {
     pub clock_offset: Duration,
     /// Log each request's key-value operations (`KV_COUNT=true`).
     pub kv_count: bool,
+    /// What the component may use.
+    pub grants: Grants,
+    /// The component it reaches by local service chaining (the API: the
+    /// mailer, when one is loaded).
+    pub chain: Option<Arc<Chained>>,
 }
 
 /// The system wall clock moved ahead by a fixed offset.
@@ -268,12 +309,12 @@ impl HostState {
             .envs(&shared.env)
             .inherit_stdout()
             .inherit_stderr()
-            // No files and no UDP. Outbound TCP (SMTP) only to the
-            // `tcp://` entries of the allow-list, checked by IP address and
-            // port as Spin does; name lookups are allowed for them.
-            .allow_tcp(true)
+            // No files and no UDP. Outbound TCP (SMTP: the mailer only) to
+            // the `tcp://` entries of the allow-list, checked by IP address
+            // and port as Spin does; name lookups are allowed for them.
+            .allow_tcp(shared.grants.tcp)
             .allow_udp(false)
-            .allow_ip_name_lookup(true)
+            .allow_ip_name_lookup(shared.grants.tcp)
             .socket_addr_check(move |addr, use_| {
                 use wasmtime_wasi::sockets::SocketAddrUse;
                 let ok = match use_ {
@@ -311,6 +352,7 @@ impl HostState {
             hooks: OutboundHooks {
                 allow: shared.allow.clone(),
                 guard: shared.guard.clone(),
+                chain: shared.chain.clone(),
             },
             shared: shared.clone(),
             kv_ops: Arc::default(),
@@ -337,10 +379,12 @@ impl WasiHttpView for HostState {
     }
 }
 
-/// Outgoing HTTP: allowed hosts only, with default timeouts.
+/// Outgoing HTTP: allowed hosts only, with default timeouts; requests to
+/// `*.spin.internal` go to the chained component.
 pub struct OutboundHooks {
     allow: Arc<AllowList>,
     guard: Arc<crate::netguard::NetGuard>,
+    chain: Option<Arc<Chained>>,
 }
 
 type SendFuture = Box<
@@ -376,6 +420,23 @@ impl WasiHttpHooks for OutboundHooks {
             drop(fut);
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
+        if let Some(host) = uri.host().filter(|h| h.ends_with(".spin.internal")) {
+            drop(fut);
+            let first_byte = options
+                .and_then(|o| o.first_byte_timeout)
+                .unwrap_or(FIRST_BYTE_TIMEOUT);
+            return match self
+                .chain
+                .clone()
+                .filter(|c| c.host.eq_ignore_ascii_case(host))
+            {
+                Some(chained) => Box::new(chained.call(request, first_byte)),
+                None => {
+                    eprintln!("tfa-host: no component answers {host} (local service chaining)");
+                    Box::new(async { Err(HttpError::DestinationNotFound) })
+                }
+            };
+        }
         let mut opts = options.unwrap_or_default();
         opts.connect_timeout.get_or_insert(CONNECT_TIMEOUT);
         opts.first_byte_timeout.get_or_insert(FIRST_BYTE_TIMEOUT);
@@ -396,6 +457,120 @@ impl WasiHttpHooks for OutboundHooks {
     }
 }
 
+// ------------------------------------------------- local service chaining
+
+/// A component that other components of the application reach by Spin's
+/// local service chaining, `http://<id>.spin.internal/…` (here the mailer):
+/// each request runs a fresh instance of it, in a store of its own with its
+/// own grants and allow-list, exactly as a client's request would. The
+/// caller's allow-list must name the URL (Spin's rule too).
+pub struct Chained {
+    /// `<id>.spin.internal`.
+    pub host: String,
+    /// The pre-instantiated component.
+    pub pre: ProxyPre<HostState>,
+    /// What its stores share (its grants and allow-list).
+    pub shared: Arc<Shared>,
+    /// The longest one of its instances runs (`REQUEST_TIMEOUT_MS`).
+    pub deadline: Duration,
+    /// Its instances running at once, at most [`MAILER_INSTANCES`].
+    pub permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl Chained {
+    /// A chained component with its own permits.
+    pub fn new(
+        host: &str,
+        pre: ProxyPre<HostState>,
+        shared: Arc<Shared>,
+        deadline: Duration,
+    ) -> Chained {
+        Chained {
+            host: host.to_string(),
+            pre,
+            shared,
+            deadline,
+            permits: Arc::new(tokio::sync::Semaphore::new(MAILER_INSTANCES as usize)),
+        }
+    }
+
+    /// Runs one instance for `request`: its response as the outgoing
+    /// request's answer (waiting at most `first_byte` for it), or why there
+    /// is none. The instance goes on in its own task until its handler
+    /// returns, bounded by [`Chained::deadline`].
+    async fn call(
+        self: Arc<Self>,
+        request: http::Request<WasiBody>,
+        first_byte: Duration,
+    ) -> Result<crate::send::Sent, HttpError> {
+        let fail = |why: String| {
+            eprintln!("tfa-host: {}: {why}", self.host);
+            if let Some(m) = crate::metrics::get() {
+                m.outbound("chained", "error");
+            }
+            HttpError::InternalError(Some(why))
+        };
+        let Ok(permit) = self.permits.clone().acquire_owned().await else {
+            return Err(fail("shutting down".into()));
+        };
+        let mut store = new_store(self.pre.engine(), &self.shared);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let req = store
+            .data_mut()
+            .http()
+            .new_incoming_request(Scheme::Http, request)
+            .map_err(|e| fail(format!("bad request: {e:#}")))?;
+        let out = store
+            .data_mut()
+            .http()
+            .new_response_outparam(tx)
+            .map_err(|e| fail(format!("{e:#}")))?;
+        let pre = self.pre.clone();
+        let (deadline, host) = (self.deadline, self.host.clone());
+        let task = tokio::spawn(async move {
+            let _permit = permit;
+            let run = tokio::time::timeout(deadline, async {
+                let proxy = pre.instantiate_async(&mut store).await?;
+                proxy
+                    .wasi_http_incoming_handler()
+                    .call_handle(&mut store, req, out)
+                    .await
+            })
+            .await;
+            match run {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => {
+                    eprintln!("tfa-host: {host}: component error: {e:?}");
+                    Err(HttpError::InternalError(Some(format!("{host} failed"))))
+                }
+                Err(_) => {
+                    crate::log::warn(&format!(
+                        "{host}: stopped at REQUEST_TIMEOUT_MS={}",
+                        deadline.as_millis()
+                    ));
+                    Err(HttpError::ConnectionReadTimeout)
+                }
+            }
+        });
+        let worker: Box<dyn std::future::Future<Output = Result<(), HttpError>> + Send> =
+            Box::new(async move {
+                task.await
+                    .unwrap_or_else(|e| Err(HttpError::InternalError(Some(e.to_string()))))
+            });
+        match tokio::time::timeout(first_byte, rx).await {
+            Ok(Ok(Ok(response))) => {
+                if let Some(m) = crate::metrics::get() {
+                    m.outbound("chained", "ok");
+                }
+                Ok((response, worker))
+            }
+            Ok(Ok(Err(code))) => Err(fail(format!("answered with an error: {code:?}"))),
+            Ok(Err(_)) => Err(fail("ended without an answer".into())),
+            Err(_) => Err(fail(format!("no answer within {} s", first_byte.as_secs()))),
+        }
+    }
+}
+
 // ------------------------------------------------------ fermyon:spin/key-value
 
 fn spin_err(e: KvError) -> key_value::Error {
@@ -406,6 +581,9 @@ impl key_value::Host for HostState {}
 
 impl key_value::HostStore for HostState {
     async fn open(&mut self, label: String) -> Result<Resource<KvStoreRes>, key_value::Error> {
+        if !self.shared.grants.key_value {
+            return Err(key_value::Error::AccessDenied);
+        }
         if label != STORE_LABEL {
             // Spin: a label the manifest does not grant is access-denied.
             return Err(if self.shared.spin() {
@@ -508,6 +686,9 @@ fn wasi_err(e: KvError) -> wasi_kv::Error {
 
 impl wasi_kv::Host for HostState {
     async fn open(&mut self, identifier: String) -> Result<Resource<BucketRes>, wasi_kv::Error> {
+        if !self.shared.grants.key_value {
+            return Err(wasi_kv::Error::AccessDenied);
+        }
         if identifier != STORE_LABEL {
             return Err(if self.shared.spin() {
                 wasi_kv::Error::AccessDenied
@@ -738,11 +919,12 @@ const TABLE_KEEP_RESIDENT: usize = 64 << 10;
 /// A wasmtime engine with the pooling allocator.
 pub fn engine() -> anyhow::Result<Engine> {
     let mut pool = PoolingAllocationConfig::default();
-    pool.total_component_instances(MAX_INSTANCES)
-        .total_core_instances(MAX_INSTANCES * 4)
-        .total_memories(MAX_INSTANCES * 2)
-        .total_tables(MAX_INSTANCES * 4)
-        .total_stacks(MAX_INSTANCES)
+    let slots = MAX_INSTANCES + MAILER_INSTANCES;
+    pool.total_component_instances(slots)
+        .total_core_instances(slots * 4)
+        .total_memories(slots * 2)
+        .total_tables(slots * 4)
+        .total_stacks(slots)
         // Argon2 needs its memory cost in linear memory; 1 GiB is ample.
         .max_memory_size(1 << 30)
         // A slot handed back is reset in place (memset of the pages that
@@ -794,13 +976,21 @@ pub async fn load_component(
     wasm_path: &Path,
     cache_dir: &Path,
 ) -> anyhow::Result<Component> {
+    let name = wasm_path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .filter(|s| {
+            s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        })
+        .unwrap_or("component");
     let wasm = std::fs::read(wasm_path)
         .with_context(|| format!("cannot read the component {}", wasm_path.display()))?;
     let digest = hex(&Sha256::digest(&wasm));
     let mut h = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut h);
     let cached = cache_dir.join(format!(
-        "spin_app-{}-wasmtime-48.0.8-{:016x}.cwasm",
+        "{name}-{}-wasmtime-48.0.8-{:016x}.cwasm",
         &digest[..32],
         h.finish()
     ));
@@ -951,6 +1141,8 @@ mod tests {
             guard: Arc::default(),
             clock_offset: Duration::ZERO,
             kv_count: false,
+            grants: Grants::API,
+            chain: None,
         });
         (HostState::new(&shared), dir)
     }

@@ -2,8 +2,10 @@
 //! [`EmailMessage`], as a state machine the host feeds with bytes (in the
 //! manner of `quinn-proto`: no sockets, no TLS, no clock, no randomness
 //! here). It knows nothing of two-factor authentication: `tfa-core` builds
-//! the message, the Spin component's transport (`spin-app/src/smtp.rs`)
-//! drives this client over a `wasi:sockets` connection and rustls.
+//! the message, the API component hands it to the mailer component as a
+//! `relay::RelayRequest` (feature `relay`), and the mailer's transport
+//! (`mailer/src/smtp.rs`) drives this client over a `wasi:sockets`
+//! connection and rustls.
 //!
 //! # What it does
 //! - Formats the message (RFC 5322 / MIME): `Date` (from a Unix time the
@@ -85,6 +87,7 @@ use std::fmt;
 
 /// How to reach the SMTP server.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "relay", derive(serde::Serialize, serde::Deserialize))]
 pub enum SmtpTls {
     /// Plain connection, upgraded with STARTTLS when the server offers it.
     StartTlsIfOffered,
@@ -94,6 +97,7 @@ pub enum SmtpTls {
 
 /// An e-mail to send, with the SMTP server to send it through.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "relay", derive(serde::Serialize, serde::Deserialize))]
 pub struct EmailMessage {
     /// SMTP host name.
     pub host: String,
@@ -246,6 +250,8 @@ pub enum Status {
 
 mod client;
 mod message;
+#[cfg(feature = "relay")]
+pub mod relay;
 
 pub use client::SmtpClient;
 pub use message::{dot_stuff, format_message, quoted_printable, rfc5322_date};

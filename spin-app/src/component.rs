@@ -13,6 +13,7 @@ use tfa_core::plumbing::web;
 use tfa_core::{
     Config, Delivery, DeliveryError, Env, Request, Response, Rng, Service, Step, Store, StoreError,
 };
+use tfa_smtp::relay::{self, RelayRequest};
 
 use crate::util;
 
@@ -74,8 +75,7 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
             match step {
                 Step::Respond(reply) => break reply,
                 Step::Deliver(delivery, pending) => {
-                    let result =
-                        deliver(delivery, email_ca.as_deref(), smtp_address, &mut rng).await;
+                    let result = deliver(delivery, email_ca.as_deref(), smtp_address).await;
                     if let Err(e) = &result {
                         eprintln!("tfa: delivery failed: {}", e.0);
                     }
@@ -229,24 +229,29 @@ async fn deliver(
     delivery: Delivery,
     email_ca: Option<&str>,
     smtp_address: Option<std::net::SocketAddr>,
-    rng: &mut WasiRng,
 ) -> Result<(), DeliveryError> {
     match delivery {
         Delivery::Sms(call) => send_http(call).await,
-        Delivery::Email(message) => {
-            crate::smtp::send(&message, email_ca, smtp_address, &stamp(rng))
-        }
+        Delivery::Email(message) => relay_email(RelayRequest {
+            message,
+            extra_ca_pem: email_ca.map(str::to_string),
+            address: smtp_address,
+        }),
     }
 }
 
-/// The time and random bytes the SMTP client needs for one message.
-fn stamp(rng: &mut WasiRng) -> tfa_smtp::Stamp {
-    let mut random = [0u8; 32];
-    rng.fill(&mut random);
-    tfa_smtp::Stamp {
-        unix_secs: now_ms() / 1000,
-        random,
-    }
+/// Has the mailer component send one e-mail (local service chaining; see
+/// `tfa_smtp::relay`): its answer, or why there is none.
+fn relay_email(request: RelayRequest) -> Result<(), DeliveryError> {
+    let call = HttpCall {
+        method: "POST".into(),
+        url: relay::MAILER_URL.into(),
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: request.to_json(),
+    };
+    let answer = crate::outbound::send_with(&call, crate::outbound::RELAY_TIMEOUT_NS)
+        .map_err(DeliveryError)?;
+    relay::read_answer(answer.status, &answer.body).map_err(DeliveryError)
 }
 
 /// Sends a webhook call; the status of any answer, or why none came.

@@ -21,9 +21,11 @@
 //!    on the same store), the rng (`wasi:random`) and the clock (read once).
 //! 5. **While the step is `Step::Deliver`**, perform the delivery (an SMS is
 //!    sent as the exact HTTP request core built, over `wasi:http` outbound
-//!    HTTP with connect and response time limits, see `outbound.rs`;
-//!    an e-mail goes over SMTP through `wasi:sockets` and rustls, see
-//!    `smtp.rs`) and call `Service::resume` with its result.
+//!    HTTP with connect and response time limits, see `outbound.rs`; an
+//!    e-mail is handed to the mailer component as a
+//!    `tfa_smtp::relay::RelayRequest`, `POST http://tfa-mailer.spin.internal/send`
+//!    over the same outbound HTTP: Spin's local service chaining, see the
+//!    `tfa-mailer` crate) and call `Service::resume` with its result.
 //! 6. **Write the reply's response** and finish its body, so the client has
 //!    its answer.
 //! 7. **Then run the after-response effects** with `Service::complete`.
@@ -40,5 +42,3 @@ pub mod util;
 mod component;
 #[cfg(target_arch = "wasm32")]
 mod outbound;
-#[cfg(target_arch = "wasm32")]
-mod smtp;

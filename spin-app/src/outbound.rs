@@ -1,12 +1,14 @@
 //! Outbound HTTP from inside the component: core's [`HttpCall`]s (Twilio
-//! messages, webhook deliveries) sent exactly as built, with time limits.
+//! messages, webhook deliveries) sent exactly as built, with time limits;
+//! and the relay requests that hand e-mail to the mailer component.
 //!
 //! # What it does
 //! - Sends the request over `wasi:http/outgoing-handler` with the headers in
 //!   core's order (its explicit `Content-Length` kept, so the body is never
 //!   chunked) and [`RequestOptions`] that bound the wait: connect
 //!   [`CONNECT_TIMEOUT_NS`] (5 s), first byte and between bytes
-//!   [`BYTE_TIMEOUT_NS`] (10 s). Spin and the local host both honour these, so
+//!   [`BYTE_TIMEOUT_NS`] (10 s; the first byte of the mailer's answer
+//!   [`RELAY_TIMEOUT_NS`], 45 s, since it answers after the SMTP session). Spin and the local host both honour these, so
 //!   an unresponsive gateway costs the same on either.
 //! - Reads at most [`MAX_RESPONSE`] bytes of the answer (for the log).
 //!
@@ -44,18 +46,28 @@ pub struct Answer {
     pub body: Vec<u8>,
 }
 
+/// Longest wait for the mailer's answer (first byte): its whole SMTP
+/// session is bounded at 30 s, so 45 s, in nanoseconds.
+pub const RELAY_TIMEOUT_NS: u64 = 45_000_000_000;
+
 /// Sends `call`; the answer, or why there is none (for the log).
 pub fn send(call: &HttpCall) -> Result<Answer, String> {
-    let target = call.url.split('?').next().unwrap_or("").to_string();
-    send_inner(call).map_err(|e| format!("request to {target} failed: {e}"))
+    send_with(call, BYTE_TIMEOUT_NS)
 }
 
-fn send_inner(call: &HttpCall) -> Result<Answer, String> {
+/// As [`send`], waiting at most `first_byte_ns` for the answer to start.
+pub fn send_with(call: &HttpCall, first_byte_ns: u64) -> Result<Answer, String> {
+    let target = call.url.split('?').next().unwrap_or("").to_string();
+    send_inner(call, first_byte_ns).map_err(|e| format!("request to {target} failed: {e}"))
+}
+
+fn send_inner(call: &HttpCall, first_byte_ns: u64) -> Result<Answer, String> {
     let request = build(call)?;
     let body = request
         .body()
         .map_err(|()| "request body already taken".to_string())?;
-    let future = outgoing_handler::handle(request, Some(options()?)).map_err(describe)?;
+    let future =
+        outgoing_handler::handle(request, Some(options(first_byte_ns)?)).map_err(describe)?;
     let written = (|| {
         let stream = body
             .write()
@@ -87,7 +99,7 @@ fn send_inner(call: &HttpCall) -> Result<Answer, String> {
     read(response)
 }
 
-fn options() -> Result<RequestOptions, String> {
+fn options(first_byte_ns: u64) -> Result<RequestOptions, String> {
     let options = RequestOptions::new();
     let set = |r: Result<(), ()>, what: &str| r.map_err(|()| format!("host refused the {what}"));
     set(
@@ -95,7 +107,7 @@ fn options() -> Result<RequestOptions, String> {
         "connect timeout",
     )?;
     set(
-        options.set_first_byte_timeout(Some(BYTE_TIMEOUT_NS)),
+        options.set_first_byte_timeout(Some(first_byte_ns)),
         "first-byte timeout",
     )?;
     set(

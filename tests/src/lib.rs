@@ -3,7 +3,7 @@
 //! stopped by the tests on 127.0.0.1 with bounded waits.
 //!
 //! Artefacts: the test script builds them once and passes their paths
-//! (`TFA_COMPONENT_WASM`, `TFA_HOST_BIN`); when a variable is unset the
+//! (`TFA_COMPONENT_WASM`, `TFA_MAILER_WASM`, `TFA_HOST_BIN`); when a variable is unset the
 //! artefact is built here, once per test binary, with the same command.
 //! [`proxy_wasm_host`] (with [`filter_build`]) serves the filter tests.
 
@@ -39,13 +39,11 @@ fn cargo(args: &[&str]) {
     assert!(status.success(), "cargo {args:?} failed");
 }
 
-/// The component `.wasm` (release, wasm32-wasip2).
-pub fn component_wasm() -> PathBuf {
-    static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        if let Ok(p) = std::env::var("TFA_COMPONENT_WASM") {
-            return PathBuf::from(p);
-        }
+/// Builds the application's two components (release, wasm32-wasip2): the
+/// API and the mailer, as `spin build` does.
+fn build_components() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
         cargo(&[
             "build",
             "--release",
@@ -53,8 +51,34 @@ pub fn component_wasm() -> PathBuf {
             "wasm32-wasip2",
             "-p",
             "spin-app",
-        ]);
+            "-p",
+            "tfa-mailer",
+        ])
+    });
+}
+
+/// The API component `.wasm` (release, wasm32-wasip2).
+pub fn component_wasm() -> PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        if let Ok(p) = std::env::var("TFA_COMPONENT_WASM") {
+            return PathBuf::from(p);
+        }
+        build_components();
         root().join("target/wasm32-wasip2/release/spin_app.wasm")
+    })
+    .clone()
+}
+
+/// The mailer component `.wasm` (release, wasm32-wasip2).
+pub fn mailer_wasm() -> PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        if let Ok(p) = std::env::var("TFA_MAILER_WASM") {
+            return PathBuf::from(p);
+        }
+        build_components();
+        root().join("target/wasm32-wasip2/release/tfa_mailer.wasm")
     })
     .clone()
 }

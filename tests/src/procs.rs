@@ -285,6 +285,7 @@ impl Host {
                 crate::root().join("target").join("e2e-compile-cache"),
             )
             .env("COMPONENT_PATH", crate::component_wasm())
+            .env("MAILER_PATH", crate::mailer_wasm())
             .env("SPIN_MANIFEST", crate::root().join("spin.toml"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -334,22 +335,32 @@ impl Host {
     fn start_spin(opts: HostOptions) -> Host {
         let vars = spin_variables(&opts.env);
         let spin = spin_bin();
-        // spin.toml names the component by path; the tests must not run a
+        // spin.toml names the components by path; the tests must not run a
         // different build than the one they were given.
         let manifest = crate::root().join("spin.toml");
-        let named = crate::root().join("target/wasm32-wasip2/release/spin_app.wasm");
-        let given = crate::component_wasm();
         let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
             (Ok(a), Ok(b)) => a == b,
             _ => false,
         };
-        assert!(
-            same(&named, &given),
-            "TFA_E2E_RUNTIME=spin: spin.toml serves {} but the component under test is {} \
-             (TFA_COMPONENT_WASM); build it where spin.toml expects it (`spin build`)",
-            named.display(),
-            given.display()
-        );
+        for (file, given, var) in [
+            (
+                "spin_app.wasm",
+                crate::component_wasm(),
+                "TFA_COMPONENT_WASM",
+            ),
+            ("tfa_mailer.wasm", crate::mailer_wasm(), "TFA_MAILER_WASM"),
+        ] {
+            let named = crate::root()
+                .join("target/wasm32-wasip2/release")
+                .join(file);
+            assert!(
+                same(&named, &given),
+                "TFA_E2E_RUNTIME=spin: spin.toml serves {} but the component under test is {} \
+                 ({var}); build it where spin.toml expects it (`spin build`)",
+                named.display(),
+                given.display()
+            );
+        }
         let port = crate::free_port();
         let data_dir = opts
             .data_dir

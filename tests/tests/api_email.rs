@@ -1,9 +1,11 @@
-//! E-mail codes through the real component: the `.wasm` in the local host
-//! opens a TCP connection with `wasi:sockets` (allowed as `tcp://…` in the
-//! outbound allow-list), runs TLS with rustls inside the component, and talks
-//! SMTP to a real server (aiosmtpd from `tests/smtp/server.py`) that the test
-//! starts and stops. Also what happens when the server refuses or never
-//! answers.
+//! E-mail codes through the real components: the API component hands each
+//! message to the mailer component (`POST http://tfa-mailer.spin.internal/send`,
+//! local service chaining), whose `.wasm` opens a TCP connection with
+//! `wasi:sockets` (allowed as `tcp://…` in its outbound allow-list), runs TLS
+//! with rustls inside the component, and talks SMTP to a real server
+//! (aiosmtpd from `tests/smtp/server.py`) that the test starts and stops.
+//! Also what happens when the server refuses or never answers, and that no
+//! one but the API reaches the mailer.
 
 use std::net::TcpListener;
 use std::time::Duration;
@@ -322,4 +324,117 @@ fn email_to_a_server_known_by_name() {
     });
     let meta = enrol_and_log_in(&host, &server, "nomen");
     assert_eq!(meta["tls"], true, "STARTTLS was used");
+}
+
+/// The mailer's one route is not the client's: `POST /send` (and the same
+/// under the API base path, or with the chaining host name as `Host`) is
+/// the API component's 404, and nothing is sent. Without the mailer
+/// component (`MAILER_PATH` names no file; local host only) e-mail fails
+/// as any failed delivery does (503, the reason in the log) and the host
+/// says so at start; the code e-mailed before still works afterwards.
+#[test]
+fn only_the_api_reaches_the_mailer() {
+    let server = SmtpServer::start(&["--tls", "none"]);
+    let host = Host::start(HostOptions {
+        env: email_settings(server.port, &[]),
+        ..Default::default()
+    });
+    let c = &host.client;
+    let relay = json!({ "message": {
+        "host": "127.0.0.1", "port": server.port, "tls": "StartTlsIfOffered",
+        "auth": null, "from": "no-reply@example.com", "to": "eve@example.org",
+        "subject": "spam", "text": "spam", "html": "spam"
+    }})
+    .to_string();
+    for (path, host_header) in [
+        ("/send", None),
+        ("/api/send", None),
+        ("/send", Some("tfa-mailer.spin.internal")),
+    ] {
+        let mut headers = vec![("content-type", "application/json")];
+        headers.extend(host_header.map(|h| ("host", h)));
+        c.send("POST", path, &headers, relay.as_bytes())
+            .assert_error(404, "Resource not found");
+    }
+    // The API's own e-mail still goes through.
+    let u = register(c, "mia");
+    let r = c.post(
+        "/api/2fa/email/setup",
+        &json!({ "email": u.email }),
+        Some(&u.access),
+    );
+    assert_eq!(r.data()["codeSent"], true, "{}", r.json());
+    let (code, _) = received_code(&server, 1, &u.email);
+    assert_eq!(
+        server.count(),
+        1,
+        "the client's relay requests sent nothing"
+    );
+    let data_dir = host.data_dir.clone();
+    host.stop();
+
+    if e2e::procs::runtime() == e2e::procs::Runtime::Spin {
+        return;
+    }
+    let mut env = email_settings(server.port, &[]);
+    env.push(("MAILER_PATH".into(), "/nonexistent/tfa_mailer.wasm".into()));
+    let host = Host::start(HostOptions {
+        data_dir: Some(data_dir.clone()),
+        env,
+        ..Default::default()
+    });
+    assert!(
+        host.wait_output("no mailer component", Duration::from_secs(5)),
+        "{}",
+        host.output()
+    );
+    let c = &host.client;
+    let r = c.post(
+        "/api/auth/login",
+        &json!({ "email": u.email, "password": PASSWORD }),
+        None,
+    );
+    let access = r.data()["accessToken"]
+        .as_str()
+        .expect("no 2FA yet")
+        .to_string();
+    c.post(
+        "/api/2fa/email/setup",
+        &json!({ "email": u.email }),
+        Some(&access),
+    )
+    .assert_error(503, "Failed to send verification code");
+    assert!(
+        host.wait_output(
+            "no component answers tfa-mailer.spin.internal",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        host.output()
+    );
+    assert_eq!(server.count(), 1);
+    host.stop();
+
+    // With the mailer back, the code sent at first still enables e-mail.
+    let host = Host::start(HostOptions {
+        data_dir: Some(data_dir),
+        env: email_settings(server.port, &[]),
+        ..Default::default()
+    });
+    let c = &host.client;
+    let r = c.post(
+        "/api/auth/login",
+        &json!({ "email": u.email, "password": PASSWORD }),
+        None,
+    );
+    let access = r.data()["accessToken"]
+        .as_str()
+        .expect("no 2FA yet")
+        .to_string();
+    let r = c.post(
+        "/api/2fa/email/verify-setup",
+        &json!({ "code": code }),
+        Some(&access),
+    );
+    assert_eq!(r.data()["method"], "email", "{}", r.json());
 }

@@ -53,6 +53,8 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
         guard: Arc::default(),
         clock_offset: std::time::Duration::ZERO,
         kv_count: false,
+        grants: runtime::Grants::API,
+        chain: None,
     });
 
     let mut store_us = Vec::with_capacity(o.instances);

@@ -219,55 +219,71 @@ pub fn request_with_body(
     (status, head.to_string(), body.to_string())
 }
 
-/// The real component (`TFA_COMPONENT_WASM`, else
-/// `target/wasm32-wasip2/release/spin_app.wasm`, else built once into
-/// `target/smoke-build`, adding the rustup target on a fresh machine).
+/// The API component (`TFA_COMPONENT_WASM`, else the release build in the
+/// target directory; when it is missing both components are built once
+/// into `target/smoke-build`).
 pub fn real_component() -> PathBuf {
-    if let Some(p) = std::env::var_os("TFA_COMPONENT_WASM") {
+    real_wasm("TFA_COMPONENT_WASM", "spin_app.wasm")
+}
+
+/// The mailer component (`TFA_MAILER_WASM`, else beside the API
+/// component, as `tfa-host` looks for it).
+pub fn real_mailer() -> PathBuf {
+    real_wasm("TFA_MAILER_WASM", "tfa_mailer.wasm")
+}
+
+fn real_wasm(var: &str, file: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(var) {
         return PathBuf::from(p);
     }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target"));
-    let built = target.join("wasm32-wasip2/release/spin_app.wasm");
+    let built = target.join("wasm32-wasip2/release").join(file);
     if built.exists() {
         return built;
     }
-    let own = target.join("smoke-build");
-    eprintln!(
-        "host tests: {} is missing; building the component…",
-        built.display()
-    );
-    // The target may be missing on a fresh machine.
-    let installed = Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2"))
-        .unwrap_or(true);
-    if !installed {
-        let ok = Command::new("rustup")
-            .args(["target", "add", "wasm32-wasip2"])
+    static OWN: OnceLock<PathBuf> = OnceLock::new();
+    let own = OWN.get_or_init(|| {
+        let own = target.join("smoke-build");
+        eprintln!(
+            "host tests: {} is missing; building the components…",
+            built.display()
+        );
+        // The target may be missing on a fresh machine.
+        let installed = Command::new("rustup")
+            .args(["target", "list", "--installed"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2"))
+            .unwrap_or(true);
+        if !installed {
+            let ok = Command::new("rustup")
+                .args(["target", "add", "wasm32-wasip2"])
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            assert!(ok, "rustup target add wasm32-wasip2 failed");
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--target",
+                "wasm32-wasip2",
+                "--release",
+                "-p",
+                "spin-app",
+                "-p",
+                "tfa-mailer",
+            ])
+            .env("CARGO_TARGET_DIR", &own)
+            .current_dir(workspace_root())
             .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        assert!(ok, "rustup target add wasm32-wasip2 failed");
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--target",
-            "wasm32-wasip2",
-            "--release",
-            "-p",
-            "spin-app",
-        ])
-        .env("CARGO_TARGET_DIR", &own)
-        .current_dir(workspace_root())
-        .status()
-        .expect("run cargo");
-    assert!(status.success(), "building the component failed");
-    let wasm = own.join("wasm32-wasip2/release/spin_app.wasm");
+            .expect("run cargo");
+        assert!(status.success(), "building the components failed");
+        own
+    });
+    let wasm = own.join("wasm32-wasip2/release").join(file);
     assert!(wasm.exists(), "{} was not produced", wasm.display());
     wasm
 }

@@ -1,38 +1,38 @@
-//! E-mail over SMTP from inside the component: the transport that drives
-//! the sans-I/O client of the `tfa-smtp` crate.
+//! E-mail over SMTP from inside the mailer component: the transport that
+//! drives the sans-I/O client of the `tfa-smtp` crate.
 //!
 //! # What it does
 //! - Opens a TCP connection with `wasi:sockets` (the `wasi` crate's
-//!   bindings): to the address the caller gives (under Spin, the IP of the
-//!   `email_outbound_host` variable, see [`crate::util::smtp_address`]),
-//!   else to `EMAIL_HOST` resolved with `wasi:sockets/ip-name-lookup` (an IP
-//!   literal is used as is), trying each address in turn.
+//!   bindings): to the address the relay request gives (under Spin, the IP
+//!   of the API's `email_outbound_host` variable), else to the message's
+//!   host resolved with `wasi:sockets/ip-name-lookup` (an IP literal is used
+//!   as is), trying each address in turn.
 //! - Bounds every step: resolving, connecting, each read and each write
 //!   waits at most [`STEP_TIMEOUT_NS`] (10 s), and the whole delivery at
 //!   most [`SESSION_TIMEOUT_NS`] (30 s) (`wasi:io/poll` on the socket's pollable and a
 //!   `wasi:clocks/monotonic-clock` timer).
 //! - Runs TLS with `rustls` and the pure-Rust RustCrypto provider
 //!   (`rustls-rustcrypto`), trusting the Mozilla roots of `webpki-roots`
-//!   plus the certificates of `EMAIL_TLS_CA_PEM` when set; the server name
-//!   checked is `EMAIL_HOST`. Implicit TLS (port 465) starts before the
-//!   greeting; otherwise core asks for STARTTLS when the server offers it.
+//!   plus the certificates of the request's `extraCaPem` (`EMAIL_TLS_CA_PEM`)
+//!   when set; the server name checked is the message's host. Implicit TLS
+//!   (port 465) starts before the greeting; otherwise the client asks for
+//!   STARTTLS when the server offers it.
 //! - Drives the sans-I/O client (see the `tfa-smtp` crate docs) to the end and
-//!   reports the result as a [`DeliveryError`] for the log.
+//!   reports the result as a reason for the API's log.
 //!
 //! # What it does not do
 //! No connection reuse, no retries, no certificate revocation checks.
 //! Whether the component may connect at all is the host's decision:
-//! `spin.toml` must allow the server's `tcp://IP:PORT` (variable
-//! `email_outbound_host`). Spin 4.x denies `ip-name-lookup` and checks the
-//! connected address, so under Spin the server is always reached by that IP;
-//! `EMAIL_HOST` is then only the TLS server name.
+//! `spin.toml` must allow the server's `tcp://IP:PORT` for this component
+//! (variable `email_outbound_host`). Spin 4.x denies `ip-name-lookup` and
+//! checks the connected address, so under Spin the server is always
+//! reached by that IP; the message's host is then only the TLS server name.
 //!
-//! # How the component uses it
-//! 1. `component.rs` gets a `Delivery::Email` from core.
-//! 2. It calls [`send`] with the message, the extra CA from the settings,
-//!    the server's address if the manifest names one, and a [`Stamp`] (wall-clock seconds and 32 bytes from `wasi:random`).
-//! 3. [`send`] connects, runs the session, and returns `Ok(())` once the
-//!    server has accepted the message.
+//! # How the mailer uses it
+//! `component.rs` calls [`send`] with the relay request's message, extra CA
+//! and address, and a [`Stamp`] (wall-clock seconds and 32 bytes from
+//! `wasi:random`); [`send`] connects, runs the session, and returns `Ok(())`
+//! once the server has accepted the message.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
@@ -41,9 +41,7 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
-use tfa_core::contract::outbox::{EmailMessage, SmtpTls};
-use tfa_core::DeliveryError;
-use tfa_smtp::{ClientOptions, SmtpClient, Stamp, Status};
+use tfa_smtp::{ClientOptions, EmailMessage, SmtpClient, SmtpTls, Stamp, Status};
 use wasi::clocks::monotonic_clock;
 use wasi::io::poll::{self, Pollable};
 use wasi::io::streams::{InputStream, OutputStream, StreamError};
@@ -63,15 +61,15 @@ pub const SESSION_TIMEOUT_NS: u64 = 30_000_000_000;
 /// At most this many resolved addresses are tried.
 const MAX_ADDRESSES: usize = 4;
 
-/// Sends one e-mail; `Ok(())` once the server accepted it.
+/// Sends one e-mail; `Ok(())` once the server accepted it, else why not.
 pub fn send(
     message: &EmailMessage,
     extra_ca_pem: Option<&str>,
     address: Option<SocketAddr>,
     stamp: &Stamp,
-) -> Result<(), DeliveryError> {
+) -> Result<(), String> {
     let target = format!("{}:{}", message.host, message.port);
-    let fail = |what: String| DeliveryError(format!("SMTP {target}: {what}"));
+    let fail = |what: String| format!("SMTP {target}: {what}");
     let mut client = SmtpClient::new(message, stamp, &ClientOptions::default())
         .map_err(|e| fail(e.to_string()))?;
     let config = tls_config(extra_ca_pem).map_err(fail)?;
@@ -123,8 +121,8 @@ fn handshake(
     mut socket: WasiTcp,
     config: &Arc<ClientConfig>,
     host: &str,
-) -> Result<StreamOwned<ClientConnection, WasiTcp>, DeliveryError> {
-    let fail = |what: String| DeliveryError(format!("SMTP {host}: TLS: {what}"));
+) -> Result<StreamOwned<ClientConnection, WasiTcp>, String> {
+    let fail = |what: String| format!("SMTP {host}: TLS: {what}");
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let name = ServerName::try_from(bare.to_string()).map_err(|e| fail(e.to_string()))?;
     let mut tls = ClientConnection::new(config.clone(), name).map_err(|e| fail(e.to_string()))?;
@@ -192,7 +190,7 @@ fn drive(
                 let Some(Conn::Plain(socket)) = conn.take() else {
                     return Err("STARTTLS asked for twice".into());
                 };
-                let tls = handshake(socket, config, host).map_err(|e| e.0)?;
+                let tls = handshake(socket, config, host)?;
                 conn = Some(Conn::Tls(Box::new(tls)));
                 client.tls_established();
                 continue;
