@@ -124,6 +124,7 @@ core_wasm_simd="$target/wasm32-wasip2/release/core-ops.wasm"
 core_wasm_plain="$nosimd_target/wasm32-wasip2/release/core-ops.wasm"
 component="$target/wasm32-wasip2/release/spin_app.wasm"
 floor="$target/wasm32-wasip2/release/tfa_bench_floor.wasm"
+mailer="$target/wasm32-wasip2/release/tfa_mailer.wasm"
 filter="$target/wasm32-wasip1/release/edge_filter.wasm"
 empty_filter="$target/wasm32-wasip1/release/tfa_bench_empty_filter.wasm"
 browser="$target/wasm32-unknown-unknown/release/webhook_verify.wasm"
@@ -153,6 +154,7 @@ size_line() { # name path
     record "{\"bench\":\"size\",\"name\":\"$1\",\"path\":\"${2#"$root"/}\",\"bytes\":$bytes,\"gzip\":$gz}"
 }
 size_line component "$component"
+size_line mailer "$mailer"
 size_line filter "$filter"
 size_line floor "$floor"
 size_line browser_wasm "$browser"
@@ -184,6 +186,7 @@ if want startup; then
 step "start-up: compile and per-request instantiation in the host runtime"
 record "$(run "$bench_bin" startup "$component" --label component --compile-runs "$COMPILE_RUNS" --instances "$START_INSTANCES")"
 record "$(run "$bench_bin" startup "$floor" --label floor --compile-runs "$COMPILE_RUNS" --instances "$START_INSTANCES")"
+record "$(run "$bench_bin" startup "$mailer" --label mailer --compile-runs "$COMPILE_RUNS" --instances "$START_INSTANCES")"
 
 fi
 
