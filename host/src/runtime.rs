@@ -530,15 +530,7 @@ impl Chained {
         let (deadline, host) = (self.deadline, self.host.clone());
         let task = tokio::spawn(async move {
             let _permit = permit;
-            let run = tokio::time::timeout(deadline, async {
-                let proxy = pre.instantiate_async(&mut store).await?;
-                proxy
-                    .wasi_http_incoming_handler()
-                    .call_handle(&mut store, req, out)
-                    .await
-            })
-            .await;
-            match run {
+            match run_handler(&pre, &mut store, req, out, deadline).await {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => {
                     eprintln!("tfa-host: {host}: component error: {e:?}");
@@ -1108,6 +1100,28 @@ pub fn start_epoch_ticker(engine: &Engine) -> anyhow::Result<()> {
         })
         .context("cannot start the epoch thread")?;
     Ok(())
+}
+
+/// Instantiates the component in `store` and runs its
+/// `wasi:http/incoming-handler` for `req` (the response goes to `out`),
+/// within `deadline`: `Err` when the deadline came first (the instance is
+/// then stopped at its next yield, see [`new_store`]), else what the
+/// handler returned.
+pub async fn run_handler(
+    pre: &ProxyPre<HostState>,
+    store: &mut Store<HostState>,
+    req: Resource<wasmtime_wasi_http::p2::types::HostIncomingRequest>,
+    out: Resource<wasmtime_wasi_http::p2::types::HostResponseOutparam>,
+    deadline: Duration,
+) -> Result<wasmtime::Result<()>, tokio::time::error::Elapsed> {
+    tokio::time::timeout(deadline, async {
+        let proxy = pre.instantiate_async(&mut *store).await?;
+        proxy
+            .wasi_http_incoming_handler()
+            .call_handle(&mut *store, req, out)
+            .await
+    })
+    .await
 }
 
 /// A store for one request. Guest code yields to tokio at every epoch

@@ -21,7 +21,7 @@ use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::WasiHttpView;
 
 use crate::conn::{Activity, Tracked};
-use crate::runtime::{new_store, HostState, Shared, MAX_INSTANCES};
+use crate::runtime::{new_store, run_handler, HostState, Shared, MAX_INSTANCES};
 
 /// The request id header.
 const REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
@@ -274,15 +274,7 @@ impl Server {
             let _in_use = in_use;
             let _log = KvOpsLog(kv_ops_task);
             let started = crate::now();
-            let result = tokio::time::timeout(deadline, async {
-                let proxy = pre.instantiate_async(&mut store).await?;
-                proxy
-                    .wasi_http_incoming_handler()
-                    .call_handle(&mut store, req, out)
-                    .await
-            })
-            .await;
-            match result {
+            match run_handler(&pre, &mut store, req, out, deadline).await {
                 Ok(Ok(())) => Outcome::Done,
                 Ok(Err(e)) => {
                     eprintln!("tfa-host: component error: {e:?}");

@@ -326,6 +326,15 @@ fn email_to_a_server_known_by_name() {
     assert_eq!(meta["tls"], true, "STARTTLS was used");
 }
 
+/// A fresh access token of `u`, who has no second factor yet.
+fn access_token(c: &e2e::client::Client, u: &User) -> String {
+    let r = login(c, &u.email);
+    r.data()["accessToken"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no 2FA yet: {}", r.json()))
+        .to_string()
+}
+
 /// The mailer's one route is not the client's: `POST /send` (and the same
 /// under the API base path, or with the chaining host name as `Host`) is
 /// the API component's 404, and nothing is sent. Without the mailer
@@ -389,15 +398,7 @@ fn only_the_api_reaches_the_mailer() {
         host.output()
     );
     let c = &host.client;
-    let r = c.post(
-        "/api/auth/login",
-        &json!({ "email": u.email, "password": PASSWORD }),
-        None,
-    );
-    let access = r.data()["accessToken"]
-        .as_str()
-        .expect("no 2FA yet")
-        .to_string();
+    let access = access_token(c, &u);
     c.post(
         "/api/2fa/email/setup",
         &json!({ "email": u.email }),
@@ -422,15 +423,7 @@ fn only_the_api_reaches_the_mailer() {
         ..Default::default()
     });
     let c = &host.client;
-    let r = c.post(
-        "/api/auth/login",
-        &json!({ "email": u.email, "password": PASSWORD }),
-        None,
-    );
-    let access = r.data()["accessToken"]
-        .as_str()
-        .expect("no 2FA yet")
-        .to_string();
+    let access = access_token(c, &u);
     let r = c.post(
         "/api/2fa/email/verify-setup",
         &json!({ "code": code }),
