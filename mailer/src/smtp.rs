@@ -83,9 +83,12 @@ pub fn send(
         ),
         None => WasiTcp::connect(&message.host, message.port, deadline),
     }
-    .map_err(|e| fail(format!("connect: {e}")))?;
+    // The error names the step (`connect: …`, `resolve …: …`).
+    .map_err(|e| fail(e.to_string()))?;
     let conn = match message.tls {
-        SmtpTls::Implicit => Conn::Tls(Box::new(handshake(socket, &config, &message.host)?)),
+        SmtpTls::Implicit => Conn::Tls(Box::new(
+            handshake(socket, &config, &message.host).map_err(fail)?,
+        )),
         SmtpTls::StartTlsIfOffered => Conn::Plain(socket),
     };
     drive(&mut client, conn, &config, &message.host).map_err(fail)
@@ -122,7 +125,7 @@ fn handshake(
     config: &Arc<ClientConfig>,
     host: &str,
 ) -> Result<StreamOwned<ClientConnection, WasiTcp>, String> {
-    let fail = |what: String| format!("SMTP {host}: TLS: {what}");
+    let fail = |what: String| format!("TLS: {what}");
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let name = ServerName::try_from(bare.to_string()).map_err(|e| fail(e.to_string()))?;
     let mut tls = ClientConnection::new(config.clone(), name).map_err(|e| fail(e.to_string()))?;
