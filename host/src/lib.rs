@@ -16,10 +16,9 @@
 //! * `fermyon:spin/key-value@2.0.0` and `wasi:keyvalue/{store,atomics,batch}
 //!   @0.2.0-draft2` over one backend ([`kv`]: SQLite by default, Redis with
 //!   `KV_URL`),
-//! * `fermyon:spin/variables@2.0.0` and `wasi:config/store` (the same
-//!   variables, all at once with `get-all`): the specification's settings,
-//!   read from this process's environment and also passed as WASI
-//!   environment variables.
+//! * `fermyon:spin/variables@2.0.0`: the specification's settings, read from
+//!   this process's environment and also passed as WASI environment
+//!   variables.
 //!
 //! Settings of the host itself: `PORT` (default 3001; 0 picks a free port),
 //! `DATA_DIR` (default `./.data`), `CACHE_DIR` (compiled component, default
