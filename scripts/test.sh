@@ -82,7 +82,7 @@ cargo clippy -p edge-filter --target wasm32-wasip1 -- -D warnings
 
 step "build the artefacts once: the components (API, mailer), the filter"
 cargo build --release --target wasm32-wasip2 -p spin-app -p tfa-mailer
-cargo build --release --target wasm32-wasip1 -p edge-filter
+./scripts/build-filter.sh
 
 # The native code is linted while it is built, instead of by a separate
 # `cargo clippy --workspace --all-targets -- -D warnings`, which checks the
@@ -111,7 +111,7 @@ env "${lint_env[@]}" cargo build --workspace --all-targets
 target_dir="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)"
 export TFA_COMPONENT_WASM="$target_dir/wasm32-wasip2/release/spin_app.wasm"
 export TFA_MAILER_WASM="$target_dir/wasm32-wasip2/release/tfa_mailer.wasm"
-export TFA_FILTER_WASM="$target_dir/wasm32-wasip1/release/edge_filter.wasm"
+export TFA_FILTER_WASM="$target_dir/filter/edge_filter.wasm"
 export TFA_HOST_BIN="$target_dir/debug/tfa-host"
 ls -l "$TFA_COMPONENT_WASM" "$TFA_MAILER_WASM" "$TFA_FILTER_WASM" "$TFA_HOST_BIN"
 

@@ -1,9 +1,10 @@
 //! Finds the filter's `.wasm`, building it at most once per test run.
 //!
 //! `TFA_FILTER_WASM` (set by `scripts/test-filter.sh`) names a built module;
-//! otherwise the release artefact of the workspace is used, rebuilt with
-//! `cargo build --release --target wasm32-wasip1 -p edge-filter` when it is
-//! missing or older than any source it is built from.
+//! otherwise the shipped artefact of the workspace
+//! (`target/filter/edge_filter.wasm`) is used, rebuilt with
+//! `scripts/build-filter.sh` (cargo's release build, then wasm-opt) when it
+//! is missing or older than any source it is built from.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -49,7 +50,7 @@ pub fn filter_wasm() -> PathBuf {
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| root.join("target"));
-        let artefact = target.join("wasm32-wasip1/release/edge_filter.wasm");
+        let artefact = target.join("filter/edge_filter.wasm");
         let built = std::fs::metadata(&artefact).and_then(|m| m.modified()).ok();
         let mut sources = None;
         for p in [
@@ -58,6 +59,7 @@ pub fn filter_wasm() -> PathBuf {
             "core/Cargo.toml",
             "Cargo.lock",
             "Cargo.toml",
+            "scripts/build-filter.sh",
         ] {
             newest_mtime(&root.join(p), &mut sources);
         }
@@ -67,19 +69,11 @@ pub fn filter_wasm() -> PathBuf {
             (None, _) => true,
         };
         if stale {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let status = Command::new(cargo)
+            let status = Command::new("bash")
                 .current_dir(&root)
-                .args([
-                    "build",
-                    "--release",
-                    "--target",
-                    "wasm32-wasip1",
-                    "-p",
-                    "edge-filter",
-                ])
+                .arg(root.join("scripts/build-filter.sh"))
                 .status()
-                .expect("run cargo build for the filter");
+                .expect("run scripts/build-filter.sh");
             assert!(status.success(), "building the filter failed: {status}");
         }
         assert!(

@@ -268,7 +268,7 @@ fn example_config_validates() {
     let wasm = filter_wasm();
     // As documented: from the repository root, with the built artefact at
     // its default place.
-    let default_place = workspace_root().join("target/wasm32-wasip1/release/edge_filter.wasm");
+    let default_place = workspace_root().join("target/filter/edge_filter.wasm");
     assert!(
         default_place.is_file(),
         "the example names {}; build the filter there (scripts/test-filter.sh does)",
@@ -295,7 +295,7 @@ fn example_config_validates() {
     let dir = scratch_dir("validate");
     let bad = example()
         .replace(
-            "target/wasm32-wasip1/release/edge_filter.wasm",
+            "target/filter/edge_filter.wasm",
             &wasm.display().to_string(),
         )
         .replace("\"require\": \"mfa\"}", "\"require\": \"sometimes\"}");
@@ -421,7 +421,7 @@ fn envoy_enforces_the_filter() {
         .replace("port_value: 8080", &format!("port_value: {}", app.port))
         .replace("port_value: 3001", &format!("port_value: {}", api.port))
         .replace(
-            "target/wasm32-wasip1/release/edge_filter.wasm",
+            "target/filter/edge_filter.wasm",
             &wasm.display().to_string(),
         )
         .replace(EXAMPLE_SECRET, secret_setting)
