@@ -238,13 +238,18 @@ pids+=("$!")
 echo "$bench_bin upstream --port <free> --threads $cores" >>"$commands"
 wait_http "$hyper_port" /
 
+# GET /auth/me reads as one user, the login rows sign in as another: each
+# login adds a session to its user's record (up to MAX_SESSIONS, 100), and
+# /auth/me's figure is that of an ordinary user, not of one the login rows
+# have just given a hundred sessions.
 user_json=$("$bench_bin" user --port "$api_port")
-email=$(jq -r .email <<<"$user_json")
 access=$(jq -r .access <<<"$user_json")
-login_body="{\"emailOrUsername\":\"$email\",\"password\":\"Str0ng!Passw0rd\"}"
+login_json=$("$bench_bin" user --port "$api_port")
+login_body="{\"emailOrUsername\":\"$(jq -r .email <<<"$login_json")\",\"password\":\"Str0ng!Passw0rd\"}"
 disk_json=$("$bench_bin" user --port "$disk_port")
 disk_access=$(jq -r .access <<<"$disk_json")
-disk_login_body="{\"emailOrUsername\":\"$(jq -r .email <<<"$disk_json")\",\"password\":\"Str0ng!Passw0rd\"}"
+disk_login_json=$("$bench_bin" user --port "$disk_port")
+disk_login_body="{\"emailOrUsername\":\"$(jq -r .email <<<"$disk_login_json")\",\"password\":\"Str0ng!Passw0rd\"}"
 
 api="http://127.0.0.1:$api_port/api"
 flo="http://127.0.0.1:$floor_port/api"

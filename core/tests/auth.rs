@@ -510,3 +510,74 @@ fn replies_name_the_proven_user_for_the_log() {
     assert_eq!(resp.status, 400);
     assert_eq!(h.last_user_id, None);
 }
+
+/// A user holds at most `MAX_SESSIONS` live sessions: one more sign-in
+/// (password or second factor) ends the oldest, whose tokens die at once,
+/// records why in the audit log, and keeps the list at the limit.
+#[test]
+fn the_oldest_session_ends_beyond_the_limit() {
+    use tfa_core::api::sessions::MAX_SESSIONS;
+    let mut h = Harness::new();
+    let u = register(&mut h, "leo");
+    let mut access = vec![u.access.clone()];
+    for i in 1..MAX_SESSIONS {
+        let ip = format!("10.0.{}.{}", i / 200, i % 200 + 1);
+        let d = data(&login(&mut h, "leo", &ip));
+        access.push(d["accessToken"].as_str().unwrap().to_string());
+    }
+    let listed = |h: &mut Harness<_>, token: &str| {
+        data(&h.call(bearer(get("/auth/sessions"), token)))["sessions"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(listed(&mut h, &access[1]), MAX_SESSIONS);
+    assert_eq!(h.call(bearer(get("/auth/me"), &access[0])).status, 200);
+
+    // A password sign-in beyond the limit ends the first session only.
+    let newest = data(&login(&mut h, "leo", "10.1.0.1"))["accessToken"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_error(
+        &h.call(bearer(get("/auth/me"), &access[0])),
+        401,
+        "Invalid or expired token",
+    );
+    for t in [&access[1], &newest] {
+        assert_eq!(h.call(bearer(get("/auth/me"), t)).status, 200);
+    }
+    assert_eq!(listed(&mut h, &newest), MAX_SESSIONS);
+    let events = data(&h.call(bearer(get("/audit-log?limit=5"), &newest)))["events"].clone();
+    let ended = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["action"] == "sessions_revoked")
+        .expect("an audit record of the ended session")
+        .clone();
+    assert_eq!(ended["details"]["reason"], "session_limit");
+    assert_eq!(ended["details"]["revokedCount"], 1);
+
+    // A second-factor sign-in beyond the limit ends the next oldest.
+    let user = User {
+        access: access[2].clone(),
+        ..u
+    };
+    let (_, codes) = enable_totp(&mut h, &user);
+    let temp = temp_token(&mut h, &user, "10.1.0.2");
+    let resp = h.call(post(
+        "/2fa/verify-backup-code",
+        json!({ "tempToken": temp, "backupCode": codes[0] }),
+    ));
+    let second = data(&resp)["accessToken"].as_str().unwrap().to_string();
+    assert_error(
+        &h.call(bearer(get("/auth/me"), &access[1])),
+        401,
+        "Invalid or expired token",
+    );
+    for t in [&access[2], &newest, &second] {
+        assert_eq!(h.call(bearer(get("/auth/me"), t)).status, 200);
+    }
+    assert_eq!(listed(&mut h, &second), MAX_SESSIONS);
+}

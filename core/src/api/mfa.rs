@@ -225,12 +225,11 @@ pub(crate) fn exchange(
                     0
                 }
             };
-            sessions::link(u, &session, now);
-            Ok(left)
+            Ok((left, sessions::link(u, &session, now)))
         },
     );
-    let left = match linked {
-        Ok(Some(left)) => left,
+    let (left, over) = match linked {
+        Ok(Some(linked)) => linked,
         Ok(None) => {
             sessions::discard(ctx, &session);
             return Err(ApiError::InvalidTempToken);
@@ -264,6 +263,7 @@ pub(crate) fn exchange(
             claims.sub
         ));
     }
+    sessions::evict(ctx, &claims.sub, &over);
     Ok((sessions::issue(ctx, &keys, &session), left))
 }
 

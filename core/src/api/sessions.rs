@@ -74,6 +74,13 @@ fn key(sid: &str) -> String {
 
 const REFRESH_MS: u64 = 7 * 24 * 3600 * 1000;
 
+/// Live sessions one user may hold. Linking one more ends the oldest
+/// (by creation) beyond this number, as Google does with an account's
+/// refresh tokens: without a cap a client that logs in again and again
+/// without logging out grows the user record, which every authenticated
+/// request reads, and `GET /auth/sessions` without bound.
+pub const MAX_SESSIONS: usize = 100;
+
 /// Creates a session for `user` and issues its tokens; sets the refresh
 /// cookie.
 pub fn create(ctx: &mut Ctx, user_id: &str, mfa: bool) -> Result<Tokens, ApiError> {
@@ -96,13 +103,13 @@ pub fn create_amr(
     let record = prepare_amr(ctx, user_id, mfa, amr)?;
     let now = ctx.now_ms();
     let linked = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
-        link(u, &record, now);
-        Ok(())
+        Ok(link(u, &record, now))
     })?;
-    if linked.is_none() {
+    let Some(over) = linked else {
         ctx.env.store.delete(&key(&record.id))?;
         return Err(ApiError::InvalidToken);
-    }
+    };
+    evict(ctx, user_id, &over);
     Ok(issue(ctx, &keys, &record))
 }
 
@@ -150,12 +157,61 @@ pub fn prepare_amr(
 }
 
 /// Links a [`prepare`]d session to its user (inside a locked update).
-pub fn link(u: &mut UserRecord, record: &SessionRecord, now_ms: u64) {
+/// Returns the oldest sessions beyond [`MAX_SESSIONS`], still linked: the
+/// caller hands them to [`evict`] once the update is stored. A reference
+/// leaves the user record only after its session record is gone, so a
+/// session is never both usable and missing from the list that
+/// `POST /auth/revoke-sessions` ends.
+#[must_use = "sessions beyond MAX_SESSIONS are ended by evict"]
+pub fn link(u: &mut UserRecord, record: &SessionRecord, now_ms: u64) -> Vec<Ref> {
     u.prune(now_ms);
     u.sessions.push(Ref {
         id: record.id.clone(),
         exp_ms: record.exp_ms,
     });
+    let over = u.sessions.len().saturating_sub(MAX_SESSIONS);
+    u.sessions[..over].to_vec()
+}
+
+/// Ends the sessions [`link`] found beyond [`MAX_SESSIONS`]: deletes each
+/// record, then drops the deleted ones from the user record. Runs after a
+/// session has been issued, so nothing here is an error for the caller: a
+/// store failure is logged and the sessions stay linked (revocable, listed)
+/// until the user's next sign-in ends them.
+pub fn evict(ctx: &mut Ctx, user_id: &str, over: &[Ref]) {
+    if over.is_empty() {
+        return;
+    }
+    let mut ended = Vec::with_capacity(over.len());
+    for r in over {
+        match records::remove(ctx.env, &key(&r.id)) {
+            Ok(()) => ended.push(r.id.clone()),
+            Err(_) => ctx.log(format!(
+                "session {} beyond the limit of {MAX_SESSIONS} not ended (store unavailable)",
+                r.id
+            )),
+        }
+    }
+    if ended.is_empty() {
+        return;
+    }
+    let now = ctx.now_ms();
+    let unlinked = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
+        u.prune(now);
+        u.sessions.retain(|r| !ended.contains(&r.id));
+        Ok(())
+    });
+    if unlinked.is_err() {
+        ctx.log(format!(
+            "ended sessions of user {user_id} still listed (store unavailable)"
+        ));
+    }
+    ctx.audit(
+        Some(user_id),
+        "sessions_revoked",
+        true,
+        json!({ "reason": "session_limit", "revokedCount": ended.len(), "sessionIds": ended }),
+    );
 }
 
 /// Removes a [`prepare`]d session that was never linked, as far as the store
