@@ -584,6 +584,29 @@ def main():
           "because the host marks its memory pool with `madvise(MADV_HUGEPAGE)`; with 4 KiB pages it "
           "was about 5,400 faults per login, 19 % of the host's CPU under concurrent logins "
           "(docs/decisions.md, \"Huge pages for linear memories\").")
+    w("- **Where a login's time goes (target 4).** Profiled by hand on 2026-11-25 (`perf record -g` "
+      "of `tfa-host` for 20 s of `POST /auth/login` at concurrency 32, store on tmpfs, default "
+      "Argon2; both cores 99 % busy; 45–47 logins/s against a floor of 69/s from one wasm verify of "
+      "28.8 ms measured the same hour):\n")
+    w("  | where | share of the host's CPU | per login |\n  |---|---:|---:|")
+    for where, share, ms in (
+            ("Argon2 in wasm (blake2b rounds and block fill)", "72.8 %", "30.7 ms"),
+            ("kernel: zeroing the fresh pages of a new instance's memory (`clear_page_erms`)", "11.7 %", "4.9 ms"),
+            ("kernel: faults, page allocation and release, scheduling", "4.9 %", "2.1 ms"),
+            ("libc `memset`/`memmove` for wasm `memory.fill`/`memory.copy` (Argon2's own)", "5.1 %", "2.1 ms"),
+            ("the host itself (HTTP, store, instantiation) and the rest of the component", "5.5 %", "2.3 ms")):
+        w(f"  | {where} | {share} | {ms} |")
+    w("\n  Argon2 runs about 6 % slower in the host than in the floor's bare engine: the epoch checks "
+      "that enforce the request deadline (compiled into every loop head; measured 4–6 % on the same "
+      "verify with `epoch_interruption` on). Two verifies on the two cores at once take what one "
+      "takes alone (28.5–30.4 ms), so memory bandwidth is not the limit. What keeps logins at "
+      "about two thirds of the floor is the sandbox's model, one fresh instance per request: every "
+      "login's 19 MiB start as zeroed pages (the kernel's 4.9 ms above; keeping them resident "
+      "instead would swap that for wasmtime's own `memset` of the same bytes and keep about 1.2 GiB "
+      "resident, breaking target 5), and the deadline costs its checks. Yielding to tokio every "
+      "tenth tick instead of every tick changed nothing measurable (42.9–49.3 logins/s either way). "
+      "Reaching 85 % would take hashing outside the per-request sandbox (a host-provided Argon2, "
+      "which Spin does not offer) or reusing instances, which Spin does not do.")
     if m:
         w(f"- Under 100 concurrent logins the host's resident set grows by "
           f"{(m['peak_kib'] - m['idle_kib']) / 1024:,.0f} MiB (about 64 instances × 19 MiB of Argon2 memory) "
