@@ -508,12 +508,17 @@ def main():
         w(f"- **The API over its floor (target 2).** `GET /health` (one store read) reaches "
           f"{(he32 or me32)['rps'] / fl32['rps']:.0%} of the floor and `GET /auth/me` (three reads) "
           f"{me32['rps'] / fl32['rps']:.0%}. Most of the gap is the component itself, not its store "
-          "work: any route of `spin_app.wasm` that touches no store (`/health/live`, a 404) is "
-          "measured by hand at about 53 % of the floor component on this machine, because the "
-          f"{sizes.get('component', {}).get('bytes', 0) / 1e6:.1f} MB component instantiates in about "
-          f"twice the time of the {sizes.get('floor', {}).get('bytes', 0) / 1e6:.1f} MB floor, dirties more pages "
-          "to reset, and reads its ~40 settings through `fermyon:spin/variables` (one host call "
-          "each: 7 % of `/health/live`'s throughput, measured by building it without them). "
+          "work: `/health` makes one read, yet reaches about half the floor. The component "
+          f"({sizes.get('component', {}).get('bytes', 0) / 1e6:.1f} MB against the floor's "
+          f"{sizes.get('floor', {}).get('bytes', 0) / 1e6:.1f} MB) instantiates in "
+          f"{us(startup.get('component', {}).get('instantiate_us_p50', float('nan')))} against "
+          f"{us(startup.get('floor', {}).get('instantiate_us_p50', float('nan')))} (section 4), dirties "
+          "more pages to reset, and reads its ~40 settings through `fermyon:spin/variables` "
+          "(one host call each; reading them in one `wasi:config` call was measured and changed "
+          "nothing, docs/decisions.md). With the 2.2 MB component of the previous run, routes that "
+          "touch no store (`/health/live`, a 404) measured by hand about 53 % of the floor. "
+          "`GET /auth/me` of a user holding the 100 sessions a user may have reads a larger user "
+          "record than this row's (one session). "
           "`POST /2fa/verify` makes 20 store calls (the table above); on this host's SQLite store "
           "its two counter reads (`increment` by 0) and the delete of the usually absent failure "
           "counter are reads, and each of the other writes before the response waits for a "
@@ -569,8 +574,9 @@ def main():
           "slower), which is what the Argon2 floor and the login throughput gain from the flag.")
     if l1 and argon_verify_ns == argon_verify_ns:
         w(f"- A login at concurrency 1 takes {us(l1['p50'])} (p50) against {ns(argon_verify_ns)} for the "
-          "Argon2 verify alone in a warm instance: the difference (store, a fresh instance and its "
-          "linear memory per request, the rest of the login) is not broken down here.")
+          "Argon2 verify alone in a warm instance: the difference is mostly the fresh instance's "
+          "memory (the kernel zeroes a login's 19 MiB of new pages) and the deadline's epoch checks; "
+          "see the profile below.")
     m = memory.get("login")
     if m and m.get("requests"):
         me_m = memory.get("me") or {}
