@@ -407,6 +407,7 @@ fn verify_token(
     if !is_json_object(&payload) {
         return Err(TokenError::Malformed);
     }
+    check_utf8(&payload)?;
     let raw: RawClaims<'_> = serde_json::from_slice(&payload).map_err(|_| TokenError::Malformed)?;
     check_claims(raw, policy, now_secs)
 }
@@ -430,6 +431,7 @@ fn check_shape_and_header(token: &str) -> Result<(&str, &str, [u8; HS256_LEN]), 
     if !is_json_object(&header) {
         return Err(TokenError::Malformed);
     }
+    check_utf8(&header)?;
     let header: RawHeader<'_> =
         serde_json::from_slice(&header).map_err(|_| TokenError::Malformed)?;
     if !matches!(header.alg, Some(Raw::Str(ref a)) if a == "HS256") {
@@ -454,6 +456,19 @@ fn check_shape_and_header(token: &str) -> Result<(&str, &str, [u8; HS256_LEN]), 
         }
         _ => Err(TokenError::BadSignature),
     }
+}
+
+/// RFC 7515 and 7519 make both parts UTF-8. Checked for the whole part
+/// before parsing, because serde_json reads the members it ignores (unknown
+/// header parameters and claims) without checking their strings' UTF-8:
+/// without this, a header such as `{"alg":"HS256","x":"\xd4"}` would be
+/// accepted (found by fuzzing, `core/fuzz/regressions/jwt_parse/crash-979216cb…`).
+/// The part is then parsed as bytes (`from_slice`), the reader every other
+/// JSON of the edge filter uses, so no second reader is linked into it.
+fn check_utf8(part: &[u8]) -> Result<(), TokenError> {
+    std::str::from_utf8(part)
+        .map(|_| ())
+        .map_err(|_| TokenError::Malformed)
 }
 
 /// Whether `json` starts (after JSON white space) with `{`: the parts of a
@@ -957,6 +972,36 @@ mod tests {
             k.verify(TokenKind::Access, &t, NOW),
             Err(TokenError::Malformed)
         );
+    }
+
+    /// Both parts must be UTF-8 throughout, in the members the checks
+    /// ignore too (serde_json does not check the strings it skips).
+    #[test]
+    fn invalid_utf8_in_an_ignored_member_is_malformed() {
+        let k = keys();
+        let s = secret(TokenKind::Access);
+        let payload = access_payload().to_string();
+        let header = br#"{"alg":"HS256","typ":"JWT"}"#.to_vec();
+        let bad_header = b"{\"alg\":\"HS256\",\"x\":\"JW\xd4\"}".to_vec();
+        let mut bad_payload = payload.clone().into_bytes();
+        bad_payload.pop();
+        bad_payload.extend_from_slice(b",\"note\":\"\xff\"}");
+        let signed = |h: &[u8], p: &[u8]| {
+            let msg = format!("{}.{}", b64(h), b64(p));
+            format!("{msg}.{}", b64(&hmac_sha256(s, msg.as_bytes())))
+        };
+        assert!(k
+            .verify(TokenKind::Access, &signed(&header, payload.as_bytes()), NOW)
+            .is_ok());
+        for t in [
+            signed(&bad_header, payload.as_bytes()),
+            signed(&header, &bad_payload),
+        ] {
+            assert_eq!(
+                k.verify(TokenKind::Access, &t, NOW),
+                Err(TokenError::Malformed)
+            );
+        }
     }
 
     #[test]
