@@ -122,7 +122,7 @@ step "passkeys in real headless Chromium (virtual authenticator) and real Envoy"
 ./scripts/test-passkeys.sh
 
 step "end-to-end under real Spin (when SPIN_BIN names a Spin binary; skipped otherwise)"
-./scripts/test-spin.sh
+env "${lint_env[@]}" ./scripts/test-spin.sh
 
 step "contract tests: Schemathesis against the component in the local host"
 ./scripts/test-contract.sh
