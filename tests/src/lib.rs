@@ -57,30 +57,28 @@ fn build_components() {
     });
 }
 
+/// A component `.wasm`: the file `var` names, else `file` of the
+/// workspace's release build (built once, with the other component).
+fn component_file(var: &str, file: &str) -> PathBuf {
+    if let Ok(p) = std::env::var(var) {
+        return PathBuf::from(p);
+    }
+    build_components();
+    root().join("target/wasm32-wasip2/release").join(file)
+}
+
 /// The API component `.wasm` (release, wasm32-wasip2).
 pub fn component_wasm() -> PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        if let Ok(p) = std::env::var("TFA_COMPONENT_WASM") {
-            return PathBuf::from(p);
-        }
-        build_components();
-        root().join("target/wasm32-wasip2/release/spin_app.wasm")
-    })
-    .clone()
+    P.get_or_init(|| component_file("TFA_COMPONENT_WASM", "spin_app.wasm"))
+        .clone()
 }
 
 /// The mailer component `.wasm` (release, wasm32-wasip2).
 pub fn mailer_wasm() -> PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        if let Ok(p) = std::env::var("TFA_MAILER_WASM") {
-            return PathBuf::from(p);
-        }
-        build_components();
-        root().join("target/wasm32-wasip2/release/tfa_mailer.wasm")
-    })
-    .clone()
+    P.get_or_init(|| component_file("TFA_MAILER_WASM", "tfa_mailer.wasm"))
+        .clone()
 }
 
 /// The local host binary.
