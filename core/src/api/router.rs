@@ -105,21 +105,23 @@ pub const ROUTES: &[Route] = &[
 
 /// How `template` matches `segs`: None when it does not; else the number of
 /// its literal segments (more is more specific) and the parameter's value.
+/// (Every request tries every template: nothing is allocated here.)
 fn match_template<'s>(template: &str, segs: &[&'s str]) -> Option<(usize, &'s str)> {
-    let parts: Vec<&str> = template.trim_start_matches('/').split('/').collect();
-    if parts.len() != segs.len() {
-        return None;
-    }
+    let mut parts = template.trim_start_matches('/').split('/');
     let mut literals = 0;
     let mut param = "";
-    for (part, seg) in parts.iter().zip(segs) {
+    for seg in segs {
+        let part = parts.next()?;
         if part.starts_with('{') && part.ends_with('}') {
             param = seg;
-        } else if part == seg {
+        } else if part == *seg {
             literals += 1;
         } else {
             return None;
         }
+    }
+    if parts.next().is_some() {
+        return None;
     }
     Some((literals, param))
 }
@@ -233,5 +235,19 @@ mod tests {
         assert_eq!((methods, param), (vec!["GET", "DELETE"], "abc"));
         assert!(resolve(&["2fa", "push", "setup"]).is_none());
         assert!(resolve(&["webhooks", "a", "b"]).is_none());
+    }
+
+    #[test]
+    fn a_template_matches_only_as_many_segments_as_it_has() {
+        let t = "/webhooks/{webhookId}/test";
+        assert_eq!(
+            match_template(t, &["webhooks", "w1", "test"]),
+            Some((2, "w1"))
+        );
+        assert_eq!(match_template(t, &["webhooks", "w1"]), None);
+        assert_eq!(match_template(t, &["webhooks", "w1", "test", "x"]), None);
+        assert_eq!(match_template(t, &["webhooks", "w1", "tesT"]), None);
+        assert_eq!(match_template("/health", &["health"]), Some((1, "")));
+        assert_eq!(match_template("/health", &[]), None);
     }
 }
