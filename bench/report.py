@@ -178,6 +178,7 @@ def main():
 
     kv_ops = {r["endpoint"]: r for r in by["kv_ops"]}
     startup = {r["component"]: r for r in by["startup"]}
+    handle = by.get("handle", [])
     sizes = {r["name"]: r for r in by["size"]}
     memory = {r["endpoint"]: r for r in by["memory"]}
 
@@ -471,6 +472,19 @@ def main():
                   f"| {us(s['store_plus_instantiate_us_p50'])} | {us(s['store_plus_instantiate_us_p99'])} "
                   f"| {us(s['teardown_us_p50'])} |")
         w("")
+    if handle:
+        w("One whole request inside the host (`tfa-bench handle`): a fresh store, instantiation, the")
+        w("handler for one `GET`, the response body read to its end and the teardown, one request at")
+        w("a time on one thread through the server's `tfa_host::runtime`, without a socket or HTTP")
+        w("parsing: what a request costs the host besides the network, free of the load generator.")
+        w("Settings as a host with only the four secrets and `RATE_LIMIT_ENABLED=false` set. Best")
+        w("batch: the lowest median of batches of 250 (other work on the machine inflates some).\n")
+        w("| component | request | status | p50 | best batch p50 | p90 | requests |")
+        w("|---|---|---:|---:|---:|---:|---:|")
+        for h in handle:
+            w(f"| {h['component']} | `GET {h['path']}` | {h['status']} | {us(h['us_p50'])} "
+              f"| {us(h['us_p50_best_batch'])} | {us(h['us_p90'])} | {h['requests']:,} |")
+        w("")
     if memory:
         w("Host memory (resident set of `tfa-host`) with 100 concurrent keep-alive connections for")
         w(f"{meta['secs']} s (wrk `-t2 -c100`); the host runs at most 64 instances at once")
@@ -513,11 +527,16 @@ def main():
           f"{sizes.get('floor', {}).get('bytes', 0) / 1e6:.1f} MB) instantiates in "
           f"{us(startup.get('component', {}).get('instantiate_us_p50', float('nan')))} against "
           f"{us(startup.get('floor', {}).get('instantiate_us_p50', float('nan')))} (section 4), dirties "
-          "more pages to reset, and reads its ~40 settings through `fermyon:spin/variables` "
-          "(one host call each; reading them in one `wasi:config` call was measured and changed "
-          "nothing, docs/decisions.md). With the 2.2 MB component of the previous run, routes that "
-          "touch no store (`/health/live`, a 404) measured by hand about 53 % of the floor. "
-          "`GET /auth/me` of a user holding the 100 sessions a user may have reads a larger user "
+          "more pages to reset, and reads its settings (`wasi:config/store.get-all`: one host call, "
+          "one string copied into the guest per setting that is set; docs/decisions.md, \"Settings "
+          "in one host call\"). "
+          + (f"One request inside the host without the network (`tfa-bench handle`, section 4) costs "
+             f"{us(hs['us_p50_best_batch'])} for `GET /api/health` against {us(hf['us_p50_best_batch'])} "
+             "for the floor component; the rest of a request's cost at concurrency 32 is HTTP, the "
+             "socket and the load generator, the same for both. "
+             if (hs := next((h for h in handle if h['component'] == 'component' and h['path'] == '/api/health'), None))
+             and (hf := next((h for h in handle if h['component'] == 'floor'), None)) else "")
+          + "`GET /auth/me` of a user holding the 100 sessions a user may have reads a larger user "
           "record than this row's (one session). "
           "`POST /2fa/verify` makes 20 store calls (the table above); on this host's SQLite store "
           "its two counter reads (`increment` by 0) and the delete of the usually absent failure "

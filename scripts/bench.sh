@@ -189,6 +189,13 @@ step "start-up: compile and per-request instantiation in the host runtime"
 record "$(run "$bench_bin" startup "$component" --label component --compile-runs "$COMPILE_RUNS" --instances "$START_INSTANCES")"
 record "$(run "$bench_bin" startup "$floor" --label floor --compile-runs "$COMPILE_RUNS" --instances "$START_INSTANCES")"
 record "$(run "$bench_bin" startup "$mailer" --label mailer --compile-runs "$COMPILE_RUNS" --instances "$START_INSTANCES")"
+# One whole request inside the host, one at a time, no socket: what the
+# component and its host calls cost per request, free of the load
+# generator (tfa-bench handle).
+for path in /api/health/live /api/health /api/nope; do
+    record "$(run "$bench_bin" handle "$component" --label component --path "$path" --requests "$START_INSTANCES" --cache-dir "$out/cache")"
+done
+record "$(run "$bench_bin" handle "$floor" --label floor --path /api/health/live --requests "$START_INSTANCES" --cache-dir "$out/cache")"
 
 fi
 

@@ -16,9 +16,10 @@
 //! * `fermyon:spin/key-value@2.0.0` and `wasi:keyvalue/{store,atomics,batch}
 //!   @0.2.0-draft2` over one backend ([`kv`]: SQLite by default, Redis with
 //!   `KV_URL`),
-//! * `fermyon:spin/variables@2.0.0`: the specification's settings, read from
-//!   this process's environment and also passed as WASI environment
-//!   variables.
+//! * `fermyon:spin/variables@2.0.0` and `wasi:config/store` (the same
+//!   variables, all at once with `get-all`): the specification's settings
+//!   that this process's environment sets ([`service_settings`]); the
+//!   component gets no WASI environment variables.
 //!
 //! Settings of the host itself: `PORT` (default 3001; 0 picks a free port),
 //! `DATA_DIR` (default `./.data`), `CACHE_DIR` (compiled component, default
@@ -235,20 +236,30 @@ impl HostSettings {
     }
 }
 
-/// The specification's settings found in `env`: (Spin variables by
-/// lower-case name, every setting present with "" when unset; WASI
-/// environment pairs for those that are set).
+/// The specification's settings that `env` sets (blank counts as unset):
+/// (the component's Spin variables, by lower-case name; the same settings
+/// by their upper-case names, as `Config::from_map` reads them).
+///
+/// Only set settings become variables: a component reads an unset one as
+/// undefined, which it treats as it treats an empty value (Spin's manifest
+/// declares each with default ""). So `wasi:config/store.get-all` hands the
+/// component the few settings that are set, not some 35 empty strings,
+/// each of which costs a call into the guest's allocator to copy (about
+/// 9 µs of a 45 µs request, `tfa-bench handle`; docs/decisions.md,
+/// "Settings in one host call"). They are not also passed as WASI
+/// environment variables (`spin up` passes only the manifest's
+/// `environment`, which this one does not set): the component would read
+/// the same values a second time.
 pub fn service_settings(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> (BTreeMap<String, String>, Vec<(String, String)>) {
     let mut vars = BTreeMap::new();
     let mut pairs = Vec::new();
     for name in SETTING_NAMES {
-        let value = env(name).filter(|v| !v.trim().is_empty());
-        if let Some(v) = &value {
-            pairs.push((name.to_string(), v.clone()));
+        if let Some(v) = env(name).filter(|v| !v.trim().is_empty()) {
+            vars.insert(name.to_ascii_lowercase(), v.clone());
+            pairs.push((name.to_string(), v));
         }
-        vars.insert(name.to_ascii_lowercase(), value.unwrap_or_default());
     }
     (vars, pairs)
 }
@@ -348,8 +359,8 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     // The service's own settings: checked here once so problems show at
     // start; the component re-reads them per request (and answers 503 if
     // they are unusable).
-    let (variables, wasi_env) = service_settings(env);
-    let core_map: BTreeMap<String, String> = wasi_env.iter().cloned().collect();
+    let (variables, set) = service_settings(env);
+    let core_map: BTreeMap<String, String> = set.into_iter().collect();
     let core_config = match tfa_core::Config::from_map(&core_map) {
         Ok(c) => {
             for w in &c.warnings {
@@ -438,7 +449,6 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
         let shared = Arc::new(runtime::Shared {
             kv: backend.clone(),
             variables: BTreeMap::new(),
-            env: Vec::new(),
             allow: Arc::new(mailer_allow),
             guard: guard.clone(),
             clock_offset,
@@ -464,7 +474,6 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     let shared = Arc::new(runtime::Shared {
         kv: backend.clone(),
         variables,
-        env: wasi_env,
         allow: Arc::new(api_allow),
         guard,
         clock_offset,

@@ -38,6 +38,7 @@ mod bindings {
 }
 
 use bindings::fermyon::spin::{key_value, variables};
+use bindings::wasi::config::store as wasi_config;
 use bindings::wasi::keyvalue::{atomics, batch, store as wasi_kv};
 
 /// The only key-value store label the component may open.
@@ -89,10 +90,9 @@ impl Grants {
 pub struct Shared {
     /// The key-value backend behind label `default`.
     pub kv: Arc<dyn KvBackend>,
-    /// Spin variables by lower-case name (every setting; unset ones empty).
+    /// Spin variables by lower-case name: the settings that are set (see
+    /// [`crate::service_settings`]); the component has no WASI environment.
     pub variables: BTreeMap<String, String>,
-    /// WASI environment variables (the settings that are set).
-    pub env: Vec<(String, String)>,
     /// Hosts the component may call.
     pub allow: Arc<AllowList>,
     /// The connect-time SSRF check for outbound HTTP and TCP.
@@ -306,7 +306,6 @@ impl HostState {
             builder.wall_clock(OffsetClock(shared.clock_offset));
         }
         let wasi = builder
-            .envs(&shared.env)
             .inherit_stdout()
             .inherit_stderr()
             // No files and no UDP. Outbound TCP (SMTP: the mailer only) to
@@ -670,6 +669,27 @@ impl variables::Host for HostState {
     }
 }
 
+// ------------------------------------------------------- wasi:config/store
+
+/// The same variables as `fermyon:spin/variables`, as Spin 3.x and 4.x
+/// give them through `wasi:config`: an undefined (or invalid) name is
+/// `none`; `get-all` lists every variable of the component, so a component
+/// reads its settings in one call.
+impl wasi_config::Host for HostState {
+    async fn get(&mut self, key: String) -> Result<Option<String>, wasi_config::Error> {
+        Ok(self.shared.variables.get(&key).cloned())
+    }
+
+    async fn get_all(&mut self) -> Result<Vec<(String, String)>, wasi_config::Error> {
+        Ok(self
+            .shared
+            .variables
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+}
+
 // ---------------------------------------------------------- wasi:keyvalue
 
 fn wasi_err(e: KvError) -> wasi_kv::Error {
@@ -947,13 +967,14 @@ pub fn engine() -> anyhow::Result<Engine> {
 /// io, sockets for SMTP limited by the allow-list, and the rest of the
 /// command world, with files denied),
 /// wasi:http types + outgoing handler, Spin key-value and variables,
-/// wasi:keyvalue store/atomics/batch.
+/// wasi:config/store, wasi:keyvalue store/atomics/batch.
 pub fn linker(engine: &Engine) -> anyhow::Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
     key_value::add_to_linker::<_, HasSelf<HostState>>(&mut linker, |s| s)?;
     variables::add_to_linker::<_, HasSelf<HostState>>(&mut linker, |s| s)?;
+    wasi_config::add_to_linker::<_, HasSelf<HostState>>(&mut linker, |s| s)?;
     wasi_kv::add_to_linker::<_, HasSelf<HostState>>(&mut linker, |s| s)?;
     atomics::add_to_linker::<_, HasSelf<HostState>>(&mut linker, |s| s)?;
     batch::add_to_linker::<_, HasSelf<HostState>>(&mut linker, |s| s)?;
@@ -1150,7 +1171,6 @@ mod tests {
             variables: [("node_env".to_string(), "production".to_string())]
                 .into_iter()
                 .collect(),
-            env: vec![],
             allow: Arc::new(AllowList::default()),
             guard: Arc::default(),
             clock_offset: Duration::ZERO,
@@ -1252,6 +1272,21 @@ mod tests {
             variables::Host::get(&mut s, "NODE_ENV".into()).await,
             Err(variables::Error::InvalidName(_))
         ));
+        // The same variables through wasi:config: one, or all at once.
+        assert_eq!(
+            wasi_config::Host::get(&mut s, "node_env".into())
+                .await
+                .unwrap(),
+            Some("production".into())
+        );
+        assert_eq!(
+            wasi_config::Host::get(&mut s, "nope".into()).await.unwrap(),
+            None
+        );
+        assert_eq!(
+            wasi_config::Host::get_all(&mut s).await.unwrap(),
+            vec![("node_env".to_string(), "production".to_string())]
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -39,10 +39,12 @@ fn each_component_imports_only_what_it_is_granted() {
     let api = imports(&engine, &support::real_component());
     let mailer = imports(&engine, &support::real_mailer());
 
-    // The API: the store, the settings, outbound HTTP; no socket at all.
+    // The API: the store, the settings (all at once through wasi:config,
+    // one by one as a fallback), outbound HTTP; no socket at all.
     for needed in [
         "fermyon:spin/key-value",
         "fermyon:spin/variables",
+        "wasi:config/store",
         "wasi:keyvalue/atomics",
         "wasi:http/outgoing-handler",
     ] {
@@ -68,6 +70,7 @@ fn each_component_imports_only_what_it_is_granted() {
     for denied in [
         "fermyon:spin/key-value",
         "fermyon:spin/variables",
+        "wasi:config/",
         "wasi:keyvalue/",
         "wasi:http/outgoing-handler",
     ] {

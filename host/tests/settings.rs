@@ -43,6 +43,30 @@ fn kv_emulate_parses() {
     );
 }
 
+/// The component's variables are the settings that are set: an unset or
+/// blank one is undefined (the component treats it as empty), so
+/// `wasi:config/store.get-all` copies only these into the guest.
+#[test]
+fn only_the_settings_that_are_set_become_variables() {
+    let env: HashMap<&str, &str> = [
+        ("JWT_ACCESS_SECRET", "a-secret"),
+        ("CORS_ORIGINS", "  "),
+        ("NODE_ENV", ""),
+        ("NOT_A_SETTING", "x"),
+    ]
+    .into_iter()
+    .collect();
+    let (variables, set) = tfa_host::service_settings(&|n: &str| env.get(n).map(|v| v.to_string()));
+    assert_eq!(
+        variables.into_iter().collect::<Vec<_>>(),
+        vec![("jwt_access_secret".to_string(), "a-secret".to_string())]
+    );
+    assert_eq!(
+        set,
+        vec![("JWT_ACCESS_SECRET".to_string(), "a-secret".to_string())]
+    );
+}
+
 /// Runs the host binary with `pairs` and a component path that does not
 /// exist, so it stops by itself right after opening the store; killed if
 /// it is still running after 60 s.

@@ -28,17 +28,16 @@ const OBSERVE_HEADER: &str = "spin-tfa-observe";
 
 #[http_component]
 async fn handle(req: IncomingRequest, out: ResponseOutparam) {
-    // 1–2. Settings.
+    // 1–2. Settings: every variable in one host call (`wasi:config`).
+    let variables = variables();
     let mut settings = util::collect_settings(
         tfa_core::contract::config::SETTING_NAMES,
-        |name| spin_sdk::variables::get(name).ok(),
+        |name| variables.get(name).cloned(),
         |name| std::env::var(name).ok(),
     );
     let smtp_address = util::smtp_address(
         &mut settings,
-        spin_sdk::variables::get("email_outbound_host")
-            .ok()
-            .as_deref(),
+        variables.get("email_outbound_host").map(String::as_str),
     );
     let config = match Config::from_map(&settings) {
         Ok(c) => c,
@@ -119,6 +118,24 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
         };
         for line in service.webhook_result(&mut env, &webhook.delivery_id, result) {
             eprintln!("tfa: {line}");
+        }
+    }
+}
+
+/// The component's variables, all at once (`wasi:config/store.get-all`:
+/// one host call instead of one per setting). A host that cannot list them
+/// gets asked one by one (`fermyon:spin/variables`).
+fn variables() -> std::collections::BTreeMap<String, String> {
+    match spin_sdk::wit::wasi::config::store::get_all() {
+        Ok(all) => all.into_iter().collect(),
+        Err(e) => {
+            eprintln!("tfa: wasi:config get-all failed ({e:?}); reading variables one by one");
+            tfa_core::contract::config::SETTING_NAMES
+                .iter()
+                .map(|n| n.to_ascii_lowercase())
+                .chain(["email_outbound_host".to_string()])
+                .filter_map(|n| spin_sdk::variables::get(&n).ok().map(|v| (n, v)))
+                .collect()
         }
     }
 }

@@ -4,10 +4,11 @@
 //! lends core its I/O through Spin's APIs. For each request it does, in order:
 //!
 //! 1. **Read settings.** For every name in [`tfa_core::contract::config::SETTING_NAMES`]
-//!    it takes the Spin variable of the lower-cased name
-//!    (`spin_sdk::variables::get`), falling back to the upper-case process
-//!    environment variable (what `spin up -e NAME=…` sets). Empty values
-//!    count as unset.
+//!    it takes the Spin variable of the lower-cased name, falling back to
+//!    the upper-case process environment variable (what `spin up -e NAME=…`
+//!    sets). Empty values count as unset. The variables come in one host
+//!    call, `wasi:config/store.get-all` (Spin 3.x and 4.x); only if that
+//!    fails are they asked one by one (`spin_sdk::variables::get`).
 //! 2. **Parse them** with [`tfa_core::Config::from_map`]. On error it answers
 //!    503 `{"success":false,"error":"Service unavailable"}` and logs the
 //!    reason to stderr.

@@ -22,12 +22,13 @@
 //! Everything talks to 127.0.0.1 only, and every loop is bounded in time.
 
 mod client;
+mod handle;
 mod startup;
 mod twofa;
 mod upstream;
 mod wasmcore;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context as _};
@@ -122,6 +123,21 @@ fn real_main() -> anyhow::Result<()> {
                 .enable_all()
                 .build()?
                 .block_on(startup::run(&o))
+        }
+        "handle" => {
+            let wasm = PathBuf::from(rest.first().context("handle <component.wasm>")?);
+            let args = Args(rest[1..].to_vec());
+            let o = handle::Options {
+                component: &wasm,
+                label: args.get("--label").unwrap_or("component"),
+                path: args.get("--path").unwrap_or("/api/health/live"),
+                cache_dir: Path::new(args.get("--cache-dir").unwrap_or("target/bench/cache")),
+                requests: args.num("--requests", 5000)?,
+            };
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(handle::run(&o))
         }
         "user" => {
             let args = Args(rest);

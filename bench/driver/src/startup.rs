@@ -48,7 +48,6 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     let shared = Arc::new(runtime::Shared {
         kv: backend,
         variables: Default::default(),
-        env: Vec::new(),
         allow: Arc::new(outbound::AllowList::new(Vec::new())),
         guard: Arc::default(),
         clock_offset: std::time::Duration::ZERO,

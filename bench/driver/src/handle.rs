@@ -1,0 +1,134 @@
+//! One request's whole cost inside the host, without a network: a fresh
+//! store, instantiation, the component's handler for one GET, the response
+//! body read to its end, and the teardown, through `tfa_host::runtime` (the
+//! server's engine configuration, linker and per-request store). One
+//! request at a time on one thread, so the figure is the CPU time a request
+//! costs the host minus HTTP parsing and the socket: what the component and
+//! its host calls cost, free of the load generator's noise.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use http_body_util::BodyExt as _;
+use serde_json::json;
+use tfa_host::{kv, outbound, runtime};
+use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
+use wasmtime_wasi_http::WasiHttpView as _;
+
+use crate::{now, percentile};
+
+/// Options of an in-process measurement.
+pub struct Options<'a> {
+    pub component: &'a Path,
+    pub label: &'a str,
+    pub path: &'a str,
+    pub cache_dir: &'a Path,
+    pub requests: usize,
+}
+
+/// The signing secrets of the measured instance (fixed: nothing is signed
+/// for anyone).
+const SECRETS: [(&str, &str); 4] = [
+    (
+        "JWT_ACCESS_SECRET",
+        "handle-bench-access-secret-0123456789abcdef",
+    ),
+    (
+        "JWT_REFRESH_SECRET",
+        "handle-bench-refresh-secret-0123456789abcdef",
+    ),
+    (
+        "TEMP_TOKEN_SECRET",
+        "handle-bench-temp-secret-0123456789abcdef",
+    ),
+    (
+        "DEVICE_TOKEN_SECRET",
+        "handle-bench-device-secret-0123456789abcdef",
+    ),
+];
+
+pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
+    let engine = runtime::engine()?;
+    // As the server loads it: compiled once into the cache directory, then
+    // mapped from there (which also lets `perf` name the wasm functions).
+    let component = runtime::load_component(&engine, o.component, o.cache_dir)
+        .await
+        .with_context(|| format!("load {}", o.component.display()))?;
+    let linker = runtime::linker(&engine)?;
+    let pre = runtime::pre_instantiate(&linker, &component)?;
+    let dir = std::env::temp_dir().join(format!("tfa-bench-handle-{}", std::process::id()));
+    let backend = kv::open_backend(None, &dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let env = |name: &str| match name {
+        "RATE_LIMIT_ENABLED" => Some("false".to_string()),
+        _ => SECRETS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.to_string()),
+    };
+    let (variables, _) = tfa_host::service_settings(&env);
+    let shared = Arc::new(runtime::Shared {
+        kv: backend,
+        variables,
+        allow: Arc::new(outbound::AllowList::new(Vec::new())),
+        guard: Arc::default(),
+        clock_offset: std::time::Duration::ZERO,
+        kv_count: false,
+        grants: runtime::Grants::API,
+        chain: None,
+    });
+    let deadline = std::time::Duration::from_secs(10);
+    let mut status = 0;
+    let mut took_us = Vec::with_capacity(o.requests);
+    // The first 50 warm the pooling allocator's slots and are not counted.
+    for i in 0..o.requests + 50 {
+        let t = now();
+        let mut store = runtime::new_store(&engine, &shared);
+        let req = hyper::Request::get(format!("http://127.0.0.1{}", o.path))
+            .header("host", "127.0.0.1")
+            .body(
+                http_body_util::Empty::<bytes::Bytes>::new()
+                    .map_err(|never| -> wasmtime_wasi_http::Error { match never {} }),
+            )?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let req = store
+            .data_mut()
+            .http()
+            .new_incoming_request(Scheme::Http, req)?;
+        let out = store.data_mut().http().new_response_outparam(tx)?;
+        runtime::run_handler(&pre, &mut store, req, out, deadline)
+            .await
+            .map_err(|_| anyhow::anyhow!("deadline"))??;
+        let resp = rx.await?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        status = resp.status().as_u16();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        drop(body);
+        drop(store);
+        if i >= 50 {
+            took_us.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    // Other work on the machine inflates some stretches: the least
+    // disturbed batch of 250 requests is the steadier figure.
+    let mut batch_p50: Vec<f64> = took_us
+        .chunks(250)
+        .map(|c| percentile(&mut c.to_vec(), 50.0))
+        .collect();
+    batch_p50.sort_by(f64::total_cmp);
+    println!(
+        "{}",
+        json!({
+            "bench": "handle", "component": o.label, "path": o.path, "status": status,
+            "requests": took_us.len(),
+            "us_p50": percentile(&mut took_us, 50.0),
+            "us_p50_best_batch": batch_p50.first().copied().unwrap_or(f64::NAN),
+            "us_p90": percentile(&mut took_us, 90.0),
+        })
+    );
+    Ok(())
+}
