@@ -233,3 +233,54 @@ fn trusted_device_login_has_mfa_in_the_access_token() {
     .unwrap();
     assert_eq!(claims["mfa"], false);
 }
+
+#[test]
+fn the_oldest_device_ends_beyond_the_limit() {
+    use tfa_core::api::devices::MAX_DEVICES;
+    let mut h = Harness::new();
+    let u = register(&mut h, "erin");
+    let (secret, _) = enable_totp(&mut h, &u);
+    let mut devices = Vec::new();
+    let mut access = String::new();
+    for i in 0..MAX_DEVICES {
+        let (a, d) = trust(&mut h, &u, &secret, &format!("192.0.2.{}", i + 1), None);
+        access = a;
+        devices.push(d);
+    }
+    let listed = |h: &mut Harness, token: &str| {
+        data(&h.call(bearer(get("/2fa/devices"), token)))["devices"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(listed(&mut h, &access), MAX_DEVICES);
+    let skips = |h: &mut Harness, device: &str, ip: &str| {
+        let resp = h.call(
+            post(
+                "/auth/login",
+                json!({ "emailOrUsername": "erin", "password": PASSWORD, "deviceToken": device }),
+            )
+            .peer(ip),
+        );
+        data(&resp).get("requiresTwoFactor").is_none()
+    };
+    assert!(skips(&mut h, &devices[0], "198.51.100.1"));
+
+    // One more: the first device is no longer trusted, the others are.
+    let (access, newest) = trust(&mut h, &u, &secret, "192.0.2.200", Some("newest"));
+    assert_eq!(listed(&mut h, &access), MAX_DEVICES);
+    assert!(!skips(&mut h, &devices[0], "198.51.100.2"));
+    for d in [&devices[1], &newest] {
+        assert!(skips(&mut h, d, "198.51.100.3"));
+    }
+    let events = data(&h.call(bearer(get("/audit-log?limit=10"), &access)))["events"].clone();
+    let removed = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["action"] == "trusted_device_removed")
+        .expect("an audit record of the removed device")
+        .clone();
+    assert_eq!(removed["details"]["reason"], "device_limit");
+    assert_eq!(removed["details"]["removedCount"], 1);
+}

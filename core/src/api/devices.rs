@@ -19,6 +19,10 @@ use crate::plumbing::web;
 pub const TRUST_MS: u64 = 30 * 24 * 3600 * 1000;
 /// Longest device name kept.
 pub const MAX_NAME_CHARS: usize = 100;
+/// Most trusted devices a user keeps: trusting one more ends the oldest.
+/// Every sign-in reads the user record that lists them, so the list must
+/// not grow without bound (the same reason as `sessions::MAX_SESSIONS`).
+pub const MAX_DEVICES: usize = 20;
 
 /// A trusted device as stored at `dev:{id}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,20 +84,23 @@ pub fn trust(ctx: &mut Ctx, user_id: &str, name: Option<String>) -> Result<Strin
     };
     records::save(ctx.env.store, &key(&device.id), &device)?;
     housekeeping::schedule_record(ctx.env, &key(&device.id), exp_ms)?;
-    records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
+    let over = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
         u.prune(now);
         u.devices.push(Ref {
             id: device.id.clone(),
             exp_ms,
         });
-        Ok(())
-    })?;
+        let over = u.devices.len().saturating_sub(MAX_DEVICES);
+        Ok(u.devices[..over].to_vec())
+    })?
+    .unwrap_or_default();
     ctx.audit(
         Some(user_id),
         "trusted_device_added",
         true,
         json!({ "deviceId": device.id }),
     );
+    evict(ctx, user_id, &over);
     Ok(keys.tokens.issue(
         TokenKind::Device,
         user_id,
@@ -125,6 +132,48 @@ pub fn trusted(ctx: &mut Ctx, user: &UserRecord, token: &str) -> Result<bool, Ap
         Ok(true)
     })?;
     Ok(ok == Some(true))
+}
+
+/// Ends the oldest devices beyond [`MAX_DEVICES`] (still listed when the
+/// new one was linked): deletes each record, so its token stops working at
+/// once, then drops the deleted ones from the user record. The new device
+/// is trusted already, so nothing here is an error for the caller: a store
+/// failure is logged and the devices stay listed (removable) until the
+/// next trust ends them.
+fn evict(ctx: &mut Ctx, user_id: &str, over: &[Ref]) {
+    if over.is_empty() {
+        return;
+    }
+    let mut ended = Vec::with_capacity(over.len());
+    for r in over {
+        match records::remove(ctx.env, &key(&r.id)) {
+            Ok(()) => ended.push(r.id.clone()),
+            Err(_) => ctx.log(format!(
+                "device {} beyond the limit of {MAX_DEVICES} not removed (store unavailable)",
+                r.id
+            )),
+        }
+    }
+    if ended.is_empty() {
+        return;
+    }
+    let now = ctx.now_ms();
+    let unlinked = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
+        u.prune(now);
+        u.devices.retain(|r| !ended.contains(&r.id));
+        Ok(())
+    });
+    if unlinked.is_err() {
+        ctx.log(format!(
+            "removed devices of user {user_id} still listed (store unavailable)"
+        ));
+    }
+    ctx.audit(
+        Some(user_id),
+        "trusted_device_removed",
+        true,
+        json!({ "reason": "device_limit", "removedCount": ended.len(), "deviceIds": ended }),
+    );
 }
 
 fn live(ctx: &mut Ctx, user: &UserRecord) -> Result<Vec<DeviceRecord>, ApiError> {
