@@ -477,12 +477,14 @@ def main():
         w("handler for one `GET`, the response body read to its end and the teardown, one request at")
         w("a time on one thread through the server's `tfa_host::runtime`, without a socket or HTTP")
         w("parsing: what a request costs the host besides the network, free of the load generator.")
-        w("Settings as a host with only the four secrets and `RATE_LIMIT_ENABLED=false` set. Best")
+        w("Settings as a host with only the four secrets and `RATE_LIMIT_ENABLED=false` set; *signed in*:")
+        w("a user registered and logged in first (not timed), its access token in every request. Best")
         w("batch: the lowest median of batches of 250 (other work on the machine inflates some).\n")
         w("| component | request | status | p50 | best batch p50 | p90 | requests |")
         w("|---|---|---:|---:|---:|---:|---:|")
         for h in handle:
-            w(f"| {h['component']} | `GET {h['path']}` | {h['status']} | {us(h['us_p50'])} "
+            who = " (signed in)" if h.get("signed_in") else ""
+            w(f"| {h['component']} | `GET {h['path']}`{who} | {h['status']} | {us(h['us_p50'])} "
               f"| {us(h['us_p50_best_batch'])} | {us(h['us_p90'])} | {h['requests']:,} |")
         w("")
     if memory:

@@ -195,6 +195,7 @@ record "$(run "$bench_bin" startup "$mailer" --label mailer --compile-runs "$COM
 for path in /api/health/live /api/health /api/nope; do
     record "$(run "$bench_bin" handle "$component" --label component --path "$path" --requests "$START_INSTANCES" --cache-dir "$out/cache")"
 done
+record "$(run "$bench_bin" handle "$component" --label component --path /api/auth/me --signed-in --requests "$START_INSTANCES" --cache-dir "$out/cache")"
 record "$(run "$bench_bin" handle "$floor" --label floor --path /api/health/live --requests "$START_INSTANCES" --cache-dir "$out/cache")"
 
 fi

@@ -24,6 +24,8 @@ pub struct Options<'a> {
     pub label: &'a str,
     pub path: &'a str,
     pub cache_dir: &'a Path,
+    /// Register and log in a user first and send its access token.
+    pub signed_in: bool,
     pub requests: usize,
 }
 
@@ -47,6 +49,66 @@ const SECRETS: [(&str, &str); 4] = [
         "handle-bench-device-secret-0123456789abcdef",
     ),
 ];
+
+/// What one request needs of the host.
+struct Host<'a> {
+    engine: &'a wasmtime::Engine,
+    pre: &'a wasmtime_wasi_http::p2::bindings::ProxyPre<runtime::HostState>,
+    shared: &'a Arc<runtime::Shared>,
+}
+
+impl Host<'_> {
+    /// One request through a fresh instance, as the server runs it; the
+    /// status and the whole body.
+    async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        authorization: Option<&str>,
+        body: &str,
+    ) -> anyhow::Result<(u16, bytes::Bytes)> {
+        let mut store = runtime::new_store(self.engine, self.shared);
+        let mut req = hyper::Request::builder()
+            .method(method)
+            .uri(format!("http://127.0.0.1{path}"))
+            .header("host", "127.0.0.1");
+        if let Some(a) = authorization {
+            req = req.header("authorization", a);
+        }
+        if !body.is_empty() {
+            req = req.header("content-type", "application/json");
+        }
+        let body = if body.is_empty() {
+            http_body_util::Empty::new().boxed_unsync()
+        } else {
+            http_body_util::Full::new(bytes::Bytes::from(body.to_string())).boxed_unsync()
+        };
+        let req =
+            req.body(body.map_err(|never| -> wasmtime_wasi_http::Error { match never {} }))?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let req = store
+            .data_mut()
+            .http()
+            .new_incoming_request(Scheme::Http, req)?;
+        let out = store.data_mut().http().new_response_outparam(tx)?;
+        runtime::run_handler(self.pre, &mut store, req, out, DEADLINE)
+            .await
+            .map_err(|_| anyhow::anyhow!("deadline"))??;
+        let resp = rx.await?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?
+            .to_bytes();
+        drop(store);
+        Ok((status, body))
+    }
+}
+
+/// How long one request may run.
+const DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     let engine = runtime::engine()?;
@@ -77,37 +139,36 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
         grants: runtime::Grants::API,
         chain: None,
     });
-    let deadline = std::time::Duration::from_secs(10);
+    let host = Host {
+        engine: &engine,
+        pre: &pre,
+        shared: &shared,
+    };
+    // Signed in: a user registered and logged in through the component
+    // itself (not timed); its access token goes with every request.
+    let token = if o.signed_in {
+        let account = json!({"email": "handle@bench.test", "username": "handlebench",
+                             "password": "Str0ng!Passw0rd"});
+        host.request("POST", "/api/auth/register", None, &account.to_string())
+            .await?;
+        let login = json!({"emailOrUsername": "handlebench", "password": "Str0ng!Passw0rd"});
+        let (status, body) = host
+            .request("POST", "/api/auth/login", None, &login.to_string())
+            .await?;
+        let v: serde_json::Value = serde_json::from_slice(&body)?;
+        let token = v["data"]["accessToken"]
+            .as_str()
+            .with_context(|| format!("login answered {status}: {v}"))?;
+        Some(format!("Bearer {token}"))
+    } else {
+        None
+    };
     let mut status = 0;
     let mut took_us = Vec::with_capacity(o.requests);
     // The first 50 warm the pooling allocator's slots and are not counted.
     for i in 0..o.requests + 50 {
         let t = now();
-        let mut store = runtime::new_store(&engine, &shared);
-        let req = hyper::Request::get(format!("http://127.0.0.1{}", o.path))
-            .header("host", "127.0.0.1")
-            .body(
-                http_body_util::Empty::<bytes::Bytes>::new()
-                    .map_err(|never| -> wasmtime_wasi_http::Error { match never {} }),
-            )?;
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let req = store
-            .data_mut()
-            .http()
-            .new_incoming_request(Scheme::Http, req)?;
-        let out = store.data_mut().http().new_response_outparam(tx)?;
-        runtime::run_handler(&pre, &mut store, req, out, deadline)
-            .await
-            .map_err(|_| anyhow::anyhow!("deadline"))??;
-        let resp = rx.await?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        status = resp.status().as_u16();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        drop(body);
-        drop(store);
+        status = host.request("GET", o.path, token.as_deref(), "").await?.0;
         if i >= 50 {
             took_us.push(t.elapsed().as_secs_f64() * 1e6);
         }
@@ -124,6 +185,7 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
         "{}",
         json!({
             "bench": "handle", "component": o.label, "path": o.path, "status": status,
+            "signed_in": o.signed_in,
             "requests": took_us.len(),
             "us_p50": percentile(&mut took_us, 50.0),
             "us_p50_best_batch": batch_p50.first().copied().unwrap_or(f64::NAN),

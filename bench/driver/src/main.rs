@@ -74,6 +74,10 @@ impl Args {
             .and_then(|i| self.0.get(i + 1))
             .map(String::as_str)
     }
+    /// A flag without a value.
+    fn has(&self, name: &str) -> bool {
+        self.0.iter().any(|a| a == name)
+    }
     fn num<T: std::str::FromStr>(&self, name: &str, default: T) -> anyhow::Result<T> {
         match self.get(name) {
             Some(v) => v
@@ -132,6 +136,7 @@ fn real_main() -> anyhow::Result<()> {
                 label: args.get("--label").unwrap_or("component"),
                 path: args.get("--path").unwrap_or("/api/health/live"),
                 cache_dir: Path::new(args.get("--cache-dir").unwrap_or("target/bench/cache")),
+                signed_in: args.has("--signed-in"),
                 requests: args.num("--requests", 5000)?,
             };
             tokio::runtime::Builder::new_current_thread()
