@@ -12,7 +12,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use http_body_util::BodyExt as _;
 use serde_json::json;
-use tfa_host::{kv, outbound, runtime};
+use tfa_host::runtime;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::WasiHttpView as _;
 
@@ -120,7 +120,6 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     let linker = runtime::linker(&engine)?;
     let pre = runtime::pre_instantiate(&linker, &component)?;
     let dir = std::env::temp_dir().join(format!("tfa-bench-handle-{}", std::process::id()));
-    let backend = kv::open_backend(None, &dir).map_err(|e| anyhow::anyhow!("{e}"))?;
     let env = |name: &str| match name {
         "RATE_LIMIT_ENABLED" => Some("false".to_string()),
         _ => SECRETS
@@ -129,16 +128,7 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
             .map(|(_, v)| v.to_string()),
     };
     let (variables, _) = tfa_host::service_settings(&env);
-    let shared = Arc::new(runtime::Shared {
-        kv: backend,
-        variables,
-        allow: Arc::new(outbound::AllowList::new(Vec::new())),
-        guard: Arc::default(),
-        clock_offset: std::time::Duration::ZERO,
-        kv_count: false,
-        grants: runtime::Grants::API,
-        chain: None,
-    });
+    let shared = crate::startup::shared(&dir, variables)?;
     let host = Host {
         engine: &engine,
         pre: &pre,

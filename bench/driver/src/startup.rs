@@ -21,6 +21,25 @@ pub struct Options<'a> {
     pub instances: usize,
 }
 
+/// What the API component's requests share in a measurement: a SQLite store
+/// in `dir`, `variables`, no outbound host, no mailer.
+pub fn shared(
+    dir: &Path,
+    variables: std::collections::BTreeMap<String, String>,
+) -> anyhow::Result<Arc<runtime::Shared>> {
+    let backend = kv::open_backend(None, dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Arc::new(runtime::Shared {
+        kv: backend,
+        variables,
+        allow: Arc::new(outbound::AllowList::new(Vec::new())),
+        guard: Arc::default(),
+        clock_offset: std::time::Duration::ZERO,
+        kv_count: false,
+        grants: runtime::Grants::API,
+        chain: None,
+    }))
+}
+
 pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     let wasm =
         std::fs::read(o.component).with_context(|| format!("read {}", o.component.display()))?;
@@ -44,17 +63,7 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     let linker = runtime::linker(&engine)?;
     let pre = runtime::pre_instantiate(&linker, &component)?;
     let dir = std::env::temp_dir().join(format!("tfa-bench-startup-{}", std::process::id()));
-    let backend = kv::open_backend(None, &dir).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let shared = Arc::new(runtime::Shared {
-        kv: backend,
-        variables: Default::default(),
-        allow: Arc::new(outbound::AllowList::new(Vec::new())),
-        guard: Arc::default(),
-        clock_offset: std::time::Duration::ZERO,
-        kv_count: false,
-        grants: runtime::Grants::API,
-        chain: None,
-    });
+    let shared = shared(&dir, Default::default())?;
 
     let mut store_us = Vec::with_capacity(o.instances);
     let mut inst_us = Vec::with_capacity(o.instances);

@@ -141,32 +141,9 @@ pub fn trusted(ctx: &mut Ctx, user: &UserRecord, token: &str) -> Result<bool, Ap
 /// failure is logged and the devices stay listed (removable) until the
 /// next trust ends them.
 fn evict(ctx: &mut Ctx, user_id: &str, over: &[Ref]) {
-    if over.is_empty() {
-        return;
-    }
-    let mut ended = Vec::with_capacity(over.len());
-    for r in over {
-        match records::remove(ctx.env, &key(&r.id)) {
-            Ok(()) => ended.push(r.id.clone()),
-            Err(_) => ctx.log(format!(
-                "device {} beyond the limit of {MAX_DEVICES} not removed (store unavailable)",
-                r.id
-            )),
-        }
-    }
+    let ended = sessions::end_linked(ctx, user_id, over, key, |u| &mut u.devices, "device");
     if ended.is_empty() {
         return;
-    }
-    let now = ctx.now_ms();
-    let unlinked = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
-        u.prune(now);
-        u.devices.retain(|r| !ended.contains(&r.id));
-        Ok(())
-    });
-    if unlinked.is_err() {
-        ctx.log(format!(
-            "removed devices of user {user_id} still listed (store unavailable)"
-        ));
     }
     ctx.audit(
         Some(user_id),

@@ -179,32 +179,9 @@ pub fn link(u: &mut UserRecord, record: &SessionRecord, now_ms: u64) -> Vec<Ref>
 /// store failure is logged and the sessions stay linked (revocable, listed)
 /// until the user's next sign-in ends them.
 pub fn evict(ctx: &mut Ctx, user_id: &str, over: &[Ref]) {
-    if over.is_empty() {
-        return;
-    }
-    let mut ended = Vec::with_capacity(over.len());
-    for r in over {
-        match records::remove(ctx.env, &key(&r.id)) {
-            Ok(()) => ended.push(r.id.clone()),
-            Err(_) => ctx.log(format!(
-                "session {} beyond the limit of {MAX_SESSIONS} not ended (store unavailable)",
-                r.id
-            )),
-        }
-    }
+    let ended = end_linked(ctx, user_id, over, key, |u| &mut u.sessions, "session");
     if ended.is_empty() {
         return;
-    }
-    let now = ctx.now_ms();
-    let unlinked = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
-        u.prune(now);
-        u.sessions.retain(|r| !ended.contains(&r.id));
-        Ok(())
-    });
-    if unlinked.is_err() {
-        ctx.log(format!(
-            "ended sessions of user {user_id} still listed (store unavailable)"
-        ));
     }
     ctx.audit(
         Some(user_id),
@@ -212,6 +189,46 @@ pub fn evict(ctx: &mut Ctx, user_id: &str, over: &[Ref]) {
         true,
         json!({ "reason": "session_limit", "revokedCount": ended.len(), "sessionIds": ended }),
     );
+}
+
+/// Ends records a user's list links beyond its limit (sessions, trusted
+/// devices): deletes each record (`key` of its id), then drops the deleted
+/// ones from the list that `list` picks in the user record. The ids ended;
+/// store failures are logged (`noun` names the kind), never errors: what
+/// could not be deleted stays linked, so still listed and removable.
+pub(crate) fn end_linked(
+    ctx: &mut Ctx,
+    user_id: &str,
+    over: &[Ref],
+    key: fn(&str) -> String,
+    list: fn(&mut UserRecord) -> &mut Vec<Ref>,
+    noun: &str,
+) -> Vec<String> {
+    let mut ended = Vec::with_capacity(over.len());
+    for r in over {
+        match records::remove(ctx.env, &key(&r.id)) {
+            Ok(()) => ended.push(r.id.clone()),
+            Err(_) => ctx.log(format!(
+                "{noun} {} beyond the limit not ended (store unavailable)",
+                r.id
+            )),
+        }
+    }
+    if ended.is_empty() {
+        return ended;
+    }
+    let now = ctx.now_ms();
+    let unlinked = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
+        u.prune(now);
+        list(u).retain(|r| !ended.contains(&r.id));
+        Ok(())
+    });
+    if unlinked.is_err() {
+        ctx.log(format!(
+            "ended {noun}s of user {user_id} still listed (store unavailable)"
+        ));
+    }
+    ended
 }
 
 /// Removes a [`prepare`]d session that was never linked, as far as the store
