@@ -548,14 +548,7 @@ fn the_oldest_session_ends_beyond_the_limit() {
         assert_eq!(h.call(bearer(get("/auth/me"), t)).status, 200);
     }
     assert_eq!(listed(&mut h, &newest), MAX_SESSIONS);
-    let events = data(&h.call(bearer(get("/audit-log?limit=5"), &newest)))["events"].clone();
-    let ended = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["action"] == "sessions_revoked")
-        .expect("an audit record of the ended session")
-        .clone();
+    let ended = audit_record(&mut h, &newest, 5, "sessions_revoked");
     assert_eq!(ended["details"]["reason"], "session_limit");
     assert_eq!(ended["details"]["revokedCount"], 1);
 

@@ -273,14 +273,7 @@ fn the_oldest_device_ends_beyond_the_limit() {
     for d in [&devices[1], &newest] {
         assert!(skips(&mut h, d, "198.51.100.3"));
     }
-    let events = data(&h.call(bearer(get("/audit-log?limit=10"), &access)))["events"].clone();
-    let removed = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["action"] == "trusted_device_removed")
-        .expect("an audit record of the removed device")
-        .clone();
+    let removed = audit_record(&mut h, &access, 10, "trusted_device_removed");
     assert_eq!(removed["details"]["reason"], "device_limit");
     assert_eq!(removed["details"]["removedCount"], 1);
 }

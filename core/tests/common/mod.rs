@@ -108,6 +108,19 @@ pub fn enable_totp<S: Store>(h: &mut Harness<S>, user: &User) -> (String, Vec<St
     (secret, backups)
 }
 
+/// The newest of the user's last `limit` audit records whose action is
+/// `action` (read with `token`); panics with the log when there is none.
+pub fn audit_record<S: Store>(h: &mut Harness<S>, token: &str, limit: u32, action: &str) -> Value {
+    let log = data(&h.call(bearer(get(&format!("/audit-log?limit={limit}")), token)));
+    log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["action"] == action)
+        .unwrap_or_else(|| panic!("no {action} audit record in {log}"))
+        .clone()
+}
+
 /// Logs in with the password; returns the response.
 pub fn login<S: Store>(h: &mut Harness<S>, ident: &str, ip: &str) -> Response {
     h.call(
