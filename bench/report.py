@@ -520,6 +520,13 @@ def main():
           "does not do and which would let one request's memory be seen by the next; this host "
           "keeps Spin's model of one fresh instance per request.")
     me32, he32 = wstat("api", "GET /auth/me", 32), wstat("api", "GET /health", 32)
+    hs = next((h for h in handle if h["component"] == "component" and h["path"] == "/api/health"), None)
+    hf = next((h for h in handle if h["component"] == "floor"), None)
+    handle_note = (f"One request inside the host without the network (`tfa-bench handle`, section 4) costs "
+                   f"{us(hs['us_p50_best_batch'])} for `GET /api/health` against "
+                   f"{us(hf['us_p50_best_batch'])} for the floor component; the rest of a request's cost at "
+                   "concurrency 32 is HTTP, the socket and the load generator, the same for both. "
+                   if hs and hf else "")
     if fl32 and me32:
         w(f"- **The API over its floor (target 2).** `GET /health` (one store read) reaches "
           f"{(he32 or me32)['rps'] / fl32['rps']:.0%} of the floor and `GET /auth/me` (three reads) "
@@ -532,12 +539,7 @@ def main():
           "more pages to reset, and reads its settings (`wasi:config/store.get-all`: one host call, "
           "one string copied into the guest per setting that is set; docs/decisions.md, \"Settings "
           "in one host call\"). "
-          + (f"One request inside the host without the network (`tfa-bench handle`, section 4) costs "
-             f"{us(hs['us_p50_best_batch'])} for `GET /api/health` against {us(hf['us_p50_best_batch'])} "
-             "for the floor component; the rest of a request's cost at concurrency 32 is HTTP, the "
-             "socket and the load generator, the same for both. "
-             if (hs := next((h for h in handle if h['component'] == 'component' and h['path'] == '/api/health'), None))
-             and (hf := next((h for h in handle if h['component'] == 'floor'), None)) else "")
+          + handle_note
           + "`GET /auth/me` of a user holding the 100 sessions a user may have reads a larger user "
           "record than this row's (one session). "
           "`POST /2fa/verify` makes 20 store calls (the table above); on this host's SQLite store "

@@ -16,7 +16,7 @@ use tfa_host::runtime;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::WasiHttpView as _;
 
-use crate::{now, percentile};
+use crate::{now, percentile, PASSWORD};
 
 /// Options of an in-process measurement.
 pub struct Options<'a> {
@@ -138,10 +138,10 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     // itself (not timed); its access token goes with every request.
     let token = if o.signed_in {
         let account = json!({"email": "handle@bench.test", "username": "handlebench",
-                             "password": "Str0ng!Passw0rd"});
+                             "password": PASSWORD});
         host.request("POST", "/api/auth/register", None, &account.to_string())
             .await?;
-        let login = json!({"emailOrUsername": "handlebench", "password": "Str0ng!Passw0rd"});
+        let login = json!({"emailOrUsername": "handlebench", "password": PASSWORD});
         let (status, body) = host
             .request("POST", "/api/auth/login", None, &login.to_string())
             .await?;
