@@ -363,6 +363,8 @@ pub fn run_verify(o: &Options) -> anyhow::Result<()> {
                 std::thread::sleep(Duration::from_millis(500));
             };
             let total = prepared.len();
+            // A marker for a profiler attached from outside (see BENCHMARKS.md).
+            eprintln!("tfa-bench verify: timed part, run {run}, concurrency {conc}");
             let pool = Mutex::new(prepared);
             let deadline = now() + Duration::from_secs_f64(o.secs);
             let t0 = now();
