@@ -67,7 +67,7 @@ pub fn presented(req: &Request) -> Option<&str> {
 }
 
 fn hash_of(ctx: &mut Ctx, secret: &str) -> Result<String, ApiError> {
-    let k = codes::derive_key(ctx.keys()?.backup.as_slice(), "api-keys");
+    let k = codes::derive_key(ctx.keys()?.backup().as_slice(), "api-keys");
     Ok(codes::keyed_hash(&k, "api-key", secret))
 }
 

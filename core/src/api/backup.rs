@@ -18,7 +18,7 @@ pub const SET_SIZE: usize = 10;
 
 /// A fresh set: the plain codes (shown once) and their hashes (stored).
 pub fn new_set(ctx: &mut Ctx, user_id: &str) -> Result<(Vec<String>, Vec<String>), ApiError> {
-    let key = ctx.keys()?.backup;
+    let key = ctx.keys()?.backup();
     let plain: Vec<String> = (0..SET_SIZE)
         .map(|_| codes::backup_code(ctx.env.rng))
         .collect();
@@ -45,7 +45,7 @@ pub fn set_of(hashes: Vec<String>) -> BackupSet {
 /// unknown code is `InvalidCode`, a used one `BackupCodeUsed`.
 pub fn check(ctx: &mut Ctx, user: &UserRecord, input: &str) -> Result<String, ApiError> {
     let code = codes::normalize_backup_code(input).ok_or(ApiError::InvalidCode)?;
-    let hash = codes::keyed_hash(&ctx.keys()?.backup, &user.id, &code);
+    let hash = codes::keyed_hash(&ctx.keys()?.backup(), &user.id, &code);
     let set = user.backup.as_ref().ok_or(ApiError::InvalidCode)?;
     if slot_of(set, &hash).ok_or(ApiError::InvalidCode)?.used {
         return Err(ApiError::BackupCodeUsed);

@@ -190,7 +190,7 @@ fn code_hash(
     code: &str,
 ) -> Result<String, ApiError> {
     Ok(codes::keyed_hash(
-        &ctx.keys()?.otp,
+        &ctx.keys()?.otp(),
         user_id,
         &format!("{}:{code}", channel.name()),
     ))

@@ -34,6 +34,7 @@
 //! no provider.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -165,19 +166,32 @@ pub enum TokenError {
     MissingClaim,
 }
 
-/// The signing and verifying key of one kind.
+/// The signing and verifying key of one kind, each made from the secret
+/// the first time it is needed: a request issues or verifies one or two
+/// kinds, and every HMAC key schedule is two SHA-256 blocks.
 #[derive(Clone)]
 struct KindKeys {
-    encoding: EncodingKey,
-    mac: Hmac<Sha256>,
+    secret: Vec<u8>,
+    encoding: OnceCell<EncodingKey>,
+    mac: OnceCell<Hmac<Sha256>>,
 }
 
 impl KindKeys {
     fn new(secret: &[u8]) -> Self {
         KindKeys {
-            encoding: EncodingKey::from_secret(secret),
-            mac: mac_of(secret),
+            secret: secret.to_vec(),
+            encoding: OnceCell::new(),
+            mac: OnceCell::new(),
         }
+    }
+
+    fn encoding(&self) -> &EncodingKey {
+        self.encoding
+            .get_or_init(|| EncodingKey::from_secret(&self.secret))
+    }
+
+    fn mac(&self) -> &Hmac<Sha256> {
+        self.mac.get_or_init(|| mac_of(&self.secret))
     }
 }
 
@@ -248,7 +262,7 @@ impl TokenKeys {
         jsonwebtoken::encode(
             &Header::new(Algorithm::HS256),
             &claims,
-            &self.keys(kind).encoding,
+            self.keys(kind).encoding(),
         )
         .unwrap_or_default()
     }
@@ -296,7 +310,7 @@ impl TokenKeys {
         };
         verify_token(
             token,
-            std::slice::from_ref(&self.keys(kind).mac),
+            std::slice::from_ref(self.keys(kind).mac()),
             &policy,
             now_secs,
         )

@@ -12,6 +12,7 @@ use crate::contract::ports::Env;
 use crate::plumbing::ratelimit::{self, Rule, Slot};
 use crate::plumbing::secrets::{self, Keys};
 use crate::plumbing::util;
+use std::rc::Rc;
 
 /// What a handler produces.
 pub enum Outcome {
@@ -68,7 +69,7 @@ pub struct Ctx<'c, 'e, 'a> {
     /// For the operator's log only ([`crate::Reply::user_id`]); never set
     /// from a failed attempt, so it tells nothing the client does not know.
     pub user_id: Option<String>,
-    keys: Option<Keys>,
+    keys: Option<Rc<Keys>>,
 }
 
 impl<'c, 'e, 'a> Ctx<'c, 'e, 'a> {
@@ -138,7 +139,7 @@ impl<'c, 'e, 'a> Ctx<'c, 'e, 'a> {
     }
 
     /// The signing keys (resolved on first use).
-    pub fn keys(&mut self) -> Result<Keys, ApiError> {
+    pub fn keys(&mut self) -> Result<Rc<Keys>, ApiError> {
         if self.keys.is_none() {
             self.keys = Some(secrets::resolve(self.config, self.env)?);
         }

@@ -10,16 +10,19 @@ use crate::contract::error::ApiError;
 use crate::contract::ports::Env;
 use crate::crypto::codes::derive_key;
 use crate::crypto::tokens::TokenKeys;
+use std::cell::OnceCell;
+use std::rc::Rc;
 
-/// Everything derived from the four secrets.
+/// Everything derived from the four secrets. Each key is derived the first
+/// time it is asked for (most requests need one token kind and no code key).
 #[derive(Clone)]
 pub struct Keys {
     /// JWT signing and verification.
     pub tokens: TokenKeys,
-    /// Key of the backup-code hashes.
-    pub backup: [u8; 32],
-    /// Key of the SMS / e-mail code hashes.
-    pub otp: [u8; 32],
+    /// The secret the code keys are derived from.
+    codes_secret: Vec<u8>,
+    backup: OnceCell<[u8; 32]>,
+    otp: OnceCell<[u8; 32]>,
 }
 
 impl Keys {
@@ -34,15 +37,30 @@ impl Keys {
                 &config.jwt_issuer,
                 &config.jwt_audience,
             ),
-            backup: derive_key(secrets[2].as_bytes(), "backup-codes"),
-            otp: derive_key(secrets[2].as_bytes(), "otp-codes"),
+            codes_secret: secrets[2].as_bytes().to_vec(),
+            backup: OnceCell::new(),
+            otp: OnceCell::new(),
         }
+    }
+
+    /// Key of the backup-code hashes.
+    pub fn backup(&self) -> [u8; 32] {
+        *self
+            .backup
+            .get_or_init(|| derive_key(&self.codes_secret, "backup-codes"))
+    }
+
+    /// Key of the SMS / e-mail code hashes.
+    pub fn otp(&self) -> [u8; 32] {
+        *self
+            .otp
+            .get_or_init(|| derive_key(&self.codes_secret, "otp-codes"))
     }
 }
 
 /// Resolves the secrets: configured ones directly, missing ones from the
 /// store (generating them the first time).
-pub fn resolve(config: &Config, env: &mut Env) -> Result<Keys, ApiError> {
+pub fn resolve(config: &Config, env: &mut Env) -> Result<Rc<Keys>, ApiError> {
     let mut out: [String; 4] = Default::default();
     for (i, name) in SECRET_NAMES.iter().enumerate() {
         out[i] = match &config.secrets[i] {
@@ -50,7 +68,7 @@ pub fn resolve(config: &Config, env: &mut Env) -> Result<Keys, ApiError> {
             None => stored_secret(env, name)?,
         };
     }
-    Ok(Keys::from_secrets(&out, config))
+    Ok(Rc::new(Keys::from_secrets(&out, config)))
 }
 
 fn stored_secret(env: &mut Env, name: &str) -> Result<String, ApiError> {
@@ -71,5 +89,45 @@ fn stored_secret(env: &mut Env, name: &str) -> Result<String, ApiError> {
     match env.store.get(&key)? {
         Some(v) => String::from_utf8(v).map_err(|_| ApiError::Internal),
         None => Err(ApiError::Unavailable),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::tokens::{Extra, TokenKind};
+
+    /// Keys made on first use are the keys of the secrets, whichever is
+    /// asked for first and whichever copy asks.
+    #[test]
+    fn keys_made_on_first_use_are_those_of_the_secrets() {
+        let config = crate::testing::test_config(&[]);
+        let secrets: [String; 4] =
+            ["access", "refresh", "temp", "device"].map(|s| format!("{s}-secret"));
+        let keys = Keys::from_secrets(&secrets, &config);
+        let early = keys.clone();
+        assert_eq!(early.otp(), derive_key(b"temp-secret", "otp-codes"));
+        assert_eq!(keys.backup(), derive_key(b"temp-secret", "backup-codes"));
+        assert_eq!(early.backup(), keys.backup());
+        assert_ne!(keys.backup(), keys.otp());
+
+        let extra = Extra {
+            sid: Some("s".into()),
+            mfa: Some(true),
+            ..Extra::default()
+        };
+        let token = keys.tokens.issue(TokenKind::Access, "u", extra, 1_000);
+        assert_eq!(
+            early
+                .tokens
+                .verify(TokenKind::Access, &token, 1_001)
+                .map(|c| c.sub),
+            Ok("u".to_string())
+        );
+        // Each kind has its own key: the refresh key refuses it.
+        assert!(early
+            .tokens
+            .verify(TokenKind::Refresh, &token, 1_001)
+            .is_err());
     }
 }
