@@ -546,6 +546,38 @@ def main():
           "its two counter reads (`increment` by 0) and the delete of the usually absent failure "
           "counter are reads, and each of the other writes before the response waits for a "
           "durable commit.")
+    w("- **Where a `POST /2fa/verify` goes (target 2).** Profiled by hand on 2026-11-26 (`perf record -g` "
+      "of `tfa-host` for 1.5 s of the timed part of `tfa-bench verify` at concurrency 32, store on tmpfs, "
+      "after the SQLite build options of docs/decisions.md, \"SQLite's build options\"): 2,234 "
+      "verifications/s with the host using 1.64 of the 2 cores (the driver the rest), so 735 µs of the "
+      "host's CPU per verification, against about 63 µs per request for the floor component "
+      "(`perf stat` of the host under wrk at concurrency 32).\n")
+    w("  | where | share of the host's CPU | per verification |")
+    w("  |---|---:|---:|")
+    w("  | SQLite: its own code (9.6 %) and its file I/O in the kernel: page reads by the readers (7.3 %) and the writer (4.1 %), WAL writes (4.1 %), locks (1.6 %) | 26.6 % | 196 µs |")
+    w("  | hand-offs to and from the writer thread (futex waits and wakes, rescheduling interrupts) | 11.6 % | 85 µs |")
+    w("  | the component's code in wasm (JSON of the records, tokens, its allocator) | 14.8 % | 109 µs |")
+    w("  | wasmtime: instantiation, the 20 host calls lifted and lowered, fiber switches | 13.7 % | 100 µs |")
+    w("  | libc `malloc`/`memcpy` in the host | 10.3 % | 75 µs |")
+    w("  | HTTP (hyper) and the socket calls | 7.2 % | 53 µs |")
+    w("  | the rest (host glue, scheduling) | 15.8 % | 116 µs |")
+    w("")
+    w("  40 % of the floor's requests/s leaves a verification about 2.5 times a floor request, "
+      "under 200 µs of the host's CPU. Without any store cost at all (the first two rows and "
+      "their share of the allocations) a verification would still take about 430 µs: 20 host "
+      "calls, each lifted and lowered and most of them a fiber switch, around a component that "
+      "decodes and encodes the user record three times. So the target is out of reach on this "
+      "design, which keeps Spin's model (a fresh instance per request, one key-value call per "
+      "key, ten of them durable writes each waiting for a commit). What would reach it: a store "
+      "interface with multi-key reads and atomic multi-key writes, so that a verification is one "
+      "read and one commit (Spin's `wasi:keyvalue/batch` is neither atomic nor working on Redis, "
+      "docs/decisions.md), and a host store that keeps its records in memory behind a write-ahead "
+      "log instead of SQLite's B-tree, whose readers re-read their pages after every commit. "
+      "Measured on the way (alternating runs, kept only where they helped): SQLite without its "
+      "process-wide allocation and page-cache locks +16–23 %; caching every read in the host "
+      "(an upper bound, not kept) +5 %; a memory-mapped database −40 %; a writer that polls for "
+      "the next job before sleeping, a larger writer page cache, and savepoint-free writes: no "
+      "change.")
     if "filter" in sizes and sizes["filter"]["bytes"] <= 300_000:
         w(f"- **The filter's size (target 6).** {sizes['filter']['bytes']:,} bytes as it ships: "
           "cargo's release build (about 345 KB) through binaryen's `wasm-opt -O3` "
