@@ -566,7 +566,7 @@ def main():
       "under 200 µs of the host's CPU. Without any store cost at all (the first two rows and "
       "their share of the allocations) a verification would still take about 430 µs: 20 host "
       "calls, each lifted and lowered and most of them a fiber switch, around a component that "
-      "decodes and encodes the user record three times. So the target is out of reach on this "
+      "decodes the user record three times and encodes it once. So the target is out of reach on this "
       "design, which keeps Spin's model (a fresh instance per request, one key-value call per "
       "key, ten of them durable writes each waiting for a commit). What would reach it: a store "
       "interface with multi-key reads and atomic multi-key writes, so that a verification is one "
