@@ -555,7 +555,7 @@ def main():
     w("  | where | share of the host's CPU | per verification |")
     w("  |---|---:|---:|")
     w("  | SQLite: its own code (9.6 %) and its file I/O in the kernel: page reads by the readers (7.3 %) and the writer (4.1 %), WAL writes (4.1 %), locks (1.6 %) | 26.6 % | 196 µs |")
-    w("  | hand-offs to and from the writer thread (futex waits and wakes, rescheduling interrupts) | 11.6 % | 85 µs |")
+    w("  | thread wake-ups: futex waits and wakes (hand-offs to and from the writer thread, tokio workers parking) and rescheduling interrupts | 11.6 % | 85 µs |")
     w("  | the component's code in wasm (JSON of the records, tokens, its allocator) | 14.8 % | 109 µs |")
     w("  | wasmtime: instantiation, the 20 host calls lifted and lowered, fiber switches | 13.7 % | 100 µs |")
     w("  | libc `malloc`/`memcpy` in the host | 10.3 % | 75 µs |")
