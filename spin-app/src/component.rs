@@ -2,7 +2,7 @@
 
 use std::cell::OnceCell;
 
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt;
 use spin_sdk::http::{Fields, IncomingRequest, OutgoingResponse, ResponseOutparam};
 use spin_sdk::http_component;
 use spin_sdk::key_value;
@@ -230,14 +230,28 @@ async fn send(out: ResponseOutparam, mut response: Response) {
     if outgoing.set_status_code(response.status).is_err() {
         let _ = outgoing.set_status_code(500);
     }
-    // `take_body` is called once on a fresh response, so it cannot fail;
-    // dropping the sink finishes the body.
-    let mut sink = outgoing.take_body();
+    // `body` and `write` are called once on a fresh response, so they
+    // cannot fail. The body goes out with `blocking-write-and-flush`, one
+    // host call per 4096 bytes (the most one call may take): the SDK's sink
+    // makes five to eight calls (check-write, write, flush, subscribe,
+    // poll) even for a body of a few bytes. "Blocking" suspends only this
+    // request's guest while the host waits for the client.
+    let Ok(sink) = outgoing.body() else {
+        out.set(outgoing);
+        return;
+    };
     out.set(outgoing);
-    if let Err(e) = sink.send(body).await {
-        eprintln!("tfa: could not write the response body: {e}");
+    if let Ok(stream) = sink.write() {
+        for chunk in body.chunks(4096) {
+            if let Err(e) = stream.blocking_write_and_flush(chunk) {
+                eprintln!("tfa: could not write the response body: {e}");
+                break;
+            }
+        }
     }
-    drop(sink);
+    if let Err(e) = spin_sdk::http::OutgoingBody::finish(sink, None) {
+        eprintln!("tfa: could not finish the response body: {e:?}");
+    }
 }
 
 // ---------------------------------------------------------------- deliveries
