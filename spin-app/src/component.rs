@@ -236,13 +236,13 @@ async fn send(out: ResponseOutparam, mut response: Response) {
     // makes five to eight calls (check-write, write, flush, subscribe,
     // poll) even for a body of a few bytes. "Blocking" suspends only this
     // request's guest while the host waits for the client.
-    let Ok(sink) = outgoing.body() else {
-        out.set(outgoing);
+    let sink = outgoing.body();
+    out.set(outgoing);
+    let Ok(sink) = sink else {
         return;
     };
-    out.set(outgoing);
     if let Ok(stream) = sink.write() {
-        for chunk in body.chunks(4096) {
+        for chunk in body.chunks(util::MAX_BLOCKING_WRITE) {
             if let Err(e) = stream.blocking_write_and_flush(chunk) {
                 eprintln!("tfa: could not write the response body: {e}");
                 break;

@@ -2,6 +2,11 @@
 
 use std::collections::BTreeMap;
 
+/// The most bytes one `wasi:io` `blocking-write-and-flush` call may take:
+/// bodies (the API's responses, outbound request bodies) are written in
+/// chunks of this size.
+pub const MAX_BLOCKING_WRITE: usize = 4096;
+
 /// Collects the settings: for each specification name, `variable(lower-case
 /// name)` first, then `env(NAME)`. Empty (or blank) values count as unset.
 pub fn collect_settings(
