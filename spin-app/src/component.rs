@@ -30,15 +30,15 @@ const OBSERVE_HEADER: &str = "spin-tfa-observe";
 async fn handle(req: IncomingRequest, out: ResponseOutparam) {
     // 1–2. Settings: every variable in one host call (`wasi:config`).
     let variables = variables();
-    let mut settings = util::collect_settings(
-        tfa_core::contract::config::SETTING_NAMES,
-        |name| variables.get(name).cloned(),
-        |name| std::env::var(name).ok(),
-    );
-    let smtp_address = util::smtp_address(
-        &mut settings,
-        variables.get("email_outbound_host").map(String::as_str),
-    );
+    let outbound_host = variables
+        .iter()
+        .find(|(name, _)| name == "email_outbound_host")
+        .map(|(_, value)| value.clone());
+    let env = std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)));
+    let mut settings =
+        util::collect_settings(tfa_core::contract::config::SETTING_NAMES, variables, env);
+    let smtp_address = util::smtp_address(&mut settings, outbound_host.as_deref());
     let config = match Config::from_map(&settings) {
         Ok(c) => c,
         Err(e) => {
@@ -125,9 +125,9 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
 /// The component's variables, all at once (`wasi:config/store.get-all`:
 /// one host call instead of one per setting). A host that cannot list them
 /// gets asked one by one (`fermyon:spin/variables`).
-fn variables() -> std::collections::BTreeMap<String, String> {
+fn variables() -> Vec<(String, String)> {
     match spin_sdk::wit::wasi::config::store::get_all() {
-        Ok(all) => all.into_iter().collect(),
+        Ok(all) => all,
         Err(e) => {
             eprintln!("tfa: wasi:config get-all failed ({e:?}); reading variables one by one");
             tfa_core::contract::config::SETTING_NAMES

@@ -7,23 +7,49 @@ use std::collections::BTreeMap;
 /// chunks of this size.
 pub const MAX_BLOCKING_WRITE: usize = 4096;
 
-/// Collects the settings: for each specification name, `variable(lower-case
-/// name)` first, then `env(NAME)`. Empty (or blank) values count as unset.
+/// Collects the settings from the component's variables (`variables`:
+/// name and value pairs, names in lower case as Spin spells them) and its
+/// environment (`env`: NAME and value pairs): for each specification name,
+/// its variable, else its environment variable. Empty (or blank) values
+/// count as unset; pairs that name no setting are ignored.
+///
+/// Each list is walked once and blank values are dropped before any name is
+/// compared: a request pays for the few settings that are set, not for
+/// every variable the manifest declares (Spin's `get-all` lists all of
+/// them, most empty).
 pub fn collect_settings(
     names: &[&str],
-    mut variable: impl FnMut(&str) -> Option<String>,
-    mut env: impl FnMut(&str) -> Option<String>,
+    variables: impl IntoIterator<Item = (String, String)>,
+    env: impl IntoIterator<Item = (String, String)>,
 ) -> BTreeMap<String, String> {
     let mut map = BTreeMap::new();
-    for name in names {
-        let value = variable(&name.to_ascii_lowercase())
-            .filter(|v| !v.trim().is_empty())
-            .or_else(|| env(name).filter(|v| !v.trim().is_empty()));
-        if let Some(v) = value {
-            map.insert((*name).to_string(), v);
+    for (key, value) in variables {
+        if value.trim().is_empty() {
+            continue;
+        }
+        if let Some(name) = names.iter().find(|n| is_variable_of(&key, n)) {
+            map.insert((*name).to_string(), value);
+        }
+    }
+    for (key, value) in env {
+        if value.trim().is_empty() {
+            continue;
+        }
+        if let Some(name) = names.iter().find(|n| **n == key) {
+            map.entry((*name).to_string()).or_insert(value);
         }
     }
     map
+}
+
+/// Whether `variable` is the Spin variable of setting `name`: the same
+/// name in lower case.
+fn is_variable_of(variable: &str, name: &str) -> bool {
+    variable.len() == name.len()
+        && variable
+            .bytes()
+            .zip(name.bytes())
+            .all(|(v, n)| v == n.to_ascii_lowercase())
 }
 
 /// The SMTP server's address from the manifest variable `email_outbound_host`
@@ -141,23 +167,33 @@ mod tests {
 
     #[test]
     fn settings_prefer_variables_and_skip_empty() {
-        let names = ["A_B", "C", "D", "E"];
-        let vars = |n: &str| match n {
-            "a_b" => Some("var".to_string()),
-            "c" => Some(" ".to_string()),
-            _ => None,
+        let names = ["A_B", "C", "D", "E", "F"];
+        let pairs = |p: &[(&str, &str)]| -> Vec<(String, String)> {
+            p.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
         };
-        let env = |n: &str| match n {
-            "A_B" => Some("env".to_string()),
-            "C" => Some("env-c".to_string()),
-            "D" => Some(String::new()),
-            _ => None,
-        };
+        let vars = pairs(&[
+            ("a_b", "var"),
+            ("c", " "),
+            ("f", ""),
+            ("unrelated", "x"),
+            ("A_B", "upper case is not a variable name"),
+        ]);
+        let env = pairs(&[
+            ("A_B", "env"),
+            ("C", "env-c"),
+            ("D", ""),
+            ("F", "env-f"),
+            ("e", "lower case is not the setting's name"),
+        ]);
         let m = collect_settings(&names, vars, env);
         assert_eq!(m.get("A_B").map(String::as_str), Some("var"));
         assert_eq!(m.get("C").map(String::as_str), Some("env-c"));
+        assert_eq!(m.get("F").map(String::as_str), Some("env-f"));
         assert!(!m.contains_key("D"));
         assert!(!m.contains_key("E"));
+        assert_eq!(m.len(), 3, "{m:?}");
     }
 
     #[test]
