@@ -157,6 +157,63 @@ fn faults_in_login_without_2fa() {
     );
 }
 
+/// A sign-in at the session limit: the oldest session is ended after the
+/// new one is issued, and a store failure there is no error for the client.
+/// Whatever failed, the new session works if it was given out, a session
+/// whose record could not be deleted stays listed (so still revocable), and
+/// the log names it with the limit.
+#[test]
+fn faults_in_login_at_the_session_limit() {
+    use tfa_core::api::sessions::MAX_SESSIONS;
+    // Some failure point must leave the oldest session alive and listed,
+    // or the sweep never reached the eviction.
+    let kept = std::cell::Cell::new(false);
+    sweep(
+        "login at the session limit",
+        |h| {
+            let u = register(h, "alice");
+            let mut newest = u.access.clone();
+            for i in 1..MAX_SESSIONS {
+                let ip = format!("10.1.{}.{}", i / 200, i % 200 + 1);
+                newest = field(&data(&login(h, "alice", &ip)), "accessToken");
+            }
+            assert_eq!(session_count(h, &newest), MAX_SESSIONS);
+            (u, newest)
+        },
+        |h, _| login(h, "alice", "192.0.2.1"),
+        200,
+        |h, (first, newest), resp| {
+            let listed = session_count(h, newest);
+            if resp.status != 200 {
+                assert_eq!(listed, MAX_SESSIONS, "no session without an answer");
+                return;
+            }
+            let access = field(&data(resp), "accessToken");
+            assert_eq!(h.call(bearer(get("/auth/me"), &access)).status, 200);
+            let oldest_alive = h.call(bearer(get("/auth/me"), &first.access)).status == 200;
+            let not_ended = h
+                .log
+                .iter()
+                .any(|l| l.contains("beyond the limit of 100 not ended"));
+            let not_unlinked = h.log.iter().any(|l| l.contains("still listed"));
+            match (oldest_alive, listed) {
+                (false, l) if l == MAX_SESSIONS => {}
+                // Its record is gone but the user record still links it.
+                (false, l) if l == MAX_SESSIONS + 1 => assert!(not_unlinked, "{:?}", h.log),
+                (true, l) if l == MAX_SESSIONS + 1 => {
+                    assert!(not_ended, "{:?}", h.log);
+                    kept.set(true);
+                }
+                other => panic!("after a sign-in at the limit: {other:?}"),
+            }
+        },
+    );
+    assert!(
+        kept.get(),
+        "no failure point left the oldest session linked"
+    );
+}
+
 struct TwoFactor {
     user: User,
     secret: String,

@@ -141,7 +141,14 @@ pub fn trusted(ctx: &mut Ctx, user: &UserRecord, token: &str) -> Result<bool, Ap
 /// failure is logged and the devices stay listed (removable) until the
 /// next trust ends them.
 fn evict(ctx: &mut Ctx, user_id: &str, over: &[Ref]) {
-    let ended = sessions::end_linked(ctx, user_id, over, key, |u| &mut u.devices, "device");
+    let ended = sessions::end_linked(
+        ctx,
+        user_id,
+        over,
+        key,
+        |u| &mut u.devices,
+        ("device", MAX_DEVICES),
+    );
     if ended.is_empty() {
         return;
     }

@@ -179,7 +179,14 @@ pub fn link(u: &mut UserRecord, record: &SessionRecord, now_ms: u64) -> Vec<Ref>
 /// store failure is logged and the sessions stay linked (revocable, listed)
 /// until the user's next sign-in ends them.
 pub fn evict(ctx: &mut Ctx, user_id: &str, over: &[Ref]) {
-    let ended = end_linked(ctx, user_id, over, key, |u| &mut u.sessions, "session");
+    let ended = end_linked(
+        ctx,
+        user_id,
+        over,
+        key,
+        |u| &mut u.sessions,
+        ("session", MAX_SESSIONS),
+    );
     if ended.is_empty() {
         return;
     }
@@ -194,7 +201,8 @@ pub fn evict(ctx: &mut Ctx, user_id: &str, over: &[Ref]) {
 /// Ends records a user's list links beyond its limit (sessions, trusted
 /// devices): deletes each record (`key` of its id), then drops the deleted
 /// ones from the list that `list` picks in the user record. The ids ended;
-/// store failures are logged (`noun` names the kind), never errors: what
+/// store failures are logged (`noun` names the kind, `limit` its limit),
+/// never errors: what
 /// could not be deleted stays linked, so still listed and removable.
 pub(crate) fn end_linked(
     ctx: &mut Ctx,
@@ -202,14 +210,14 @@ pub(crate) fn end_linked(
     over: &[Ref],
     key: fn(&str) -> String,
     list: fn(&mut UserRecord) -> &mut Vec<Ref>,
-    noun: &str,
+    (noun, limit): (&str, usize),
 ) -> Vec<String> {
     let mut ended = Vec::with_capacity(over.len());
     for r in over {
         match records::remove(ctx.env, &key(&r.id)) {
             Ok(()) => ended.push(r.id.clone()),
             Err(_) => ctx.log(format!(
-                "{noun} {} beyond the limit not ended (store unavailable)",
+                "{noun} {} beyond the limit of {limit} not ended (store unavailable)",
                 r.id
             )),
         }
