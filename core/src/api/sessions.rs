@@ -202,8 +202,8 @@ pub fn evict(ctx: &mut Ctx, user_id: &str, over: &[Ref]) {
 /// devices): deletes each record (`key` of its id), then drops the deleted
 /// ones from the list that `list` picks in the user record. The ids ended;
 /// store failures are logged (`noun` names the kind, `limit` its limit),
-/// never errors: what
-/// could not be deleted stays linked, so still listed and removable.
+/// never errors: what could not be deleted stays linked, so still listed
+/// and removable.
 pub(crate) fn end_linked(
     ctx: &mut Ctx,
     user_id: &str,
