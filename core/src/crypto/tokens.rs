@@ -227,6 +227,12 @@ impl TokenKeys {
         }
     }
 
+    /// The secret of `kind`, as given to [`TokenKeys::new`] (the temp
+    /// secret also keys the code hashes, `plumbing::secrets::Keys`).
+    pub(crate) fn secret(&self, kind: TokenKind) -> &[u8] {
+        &self.keys(kind).secret
+    }
+
     fn keys(&self, kind: TokenKind) -> &KindKeys {
         match kind {
             TokenKind::Access => &self.access,

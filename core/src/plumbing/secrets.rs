@@ -9,7 +9,7 @@ use crate::contract::config::{Config, SECRET_NAMES};
 use crate::contract::error::ApiError;
 use crate::contract::ports::Env;
 use crate::crypto::codes::derive_key;
-use crate::crypto::tokens::TokenKeys;
+use crate::crypto::tokens::{TokenKeys, TokenKind};
 use std::cell::OnceCell;
 use std::rc::Rc;
 
@@ -17,10 +17,9 @@ use std::rc::Rc;
 /// time it is asked for (most requests need one token kind and no code key).
 #[derive(Clone)]
 pub struct Keys {
-    /// JWT signing and verification.
+    /// JWT signing and verification. Its temp-token secret is also the
+    /// one the code keys are derived from.
     pub tokens: TokenKeys,
-    /// The secret the code keys are derived from.
-    codes_secret: Vec<u8>,
     backup: OnceCell<[u8; 32]>,
     otp: OnceCell<[u8; 32]>,
 }
@@ -37,7 +36,6 @@ impl Keys {
                 &config.jwt_issuer,
                 &config.jwt_audience,
             ),
-            codes_secret: secrets[2].as_bytes().to_vec(),
             backup: OnceCell::new(),
             otp: OnceCell::new(),
         }
@@ -47,14 +45,14 @@ impl Keys {
     pub fn backup(&self) -> [u8; 32] {
         *self
             .backup
-            .get_or_init(|| derive_key(&self.codes_secret, "backup-codes"))
+            .get_or_init(|| derive_key(self.tokens.secret(TokenKind::Temp), "backup-codes"))
     }
 
     /// Key of the SMS / e-mail code hashes.
     pub fn otp(&self) -> [u8; 32] {
         *self
             .otp
-            .get_or_init(|| derive_key(&self.codes_secret, "otp-codes"))
+            .get_or_init(|| derive_key(self.tokens.secret(TokenKind::Temp), "otp-codes"))
     }
 }
 
@@ -95,7 +93,7 @@ fn stored_secret(env: &mut Env, name: &str) -> Result<String, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crypto::tokens::{Extra, TokenKind};
+    use crate::crypto::tokens::Extra;
 
     /// Keys made on first use are the keys of the secrets, whichever is
     /// asked for first and whichever copy asks.
