@@ -135,14 +135,21 @@ bench_bin="$target/host/tfa-bench"
 
 lua="$root/bench/lua/bench.lua"
 # wrk_run <record fields> <conc> <url> [env…]: one wrk run, one JSON record.
+# With CPU_PID set, the record also carries that process's CPU time over the
+# run (utime + stime from /proc/PID/stat, in clock ticks, and the ticks per
+# second), from which the report derives its CPU per request.
+clk_tck=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 wrk_run() {
     local fields="$1" conc="$2" url="$3"
     shift 3
     local threads=2
     [ "$conc" -lt 2 ] && threads=1
-    local j
+    local j t0="" cpu=""
+    [ -n "${CPU_PID:-}" ] && t0=$(cpu_ticks "$CPU_PID")
     j=$(env "$@" wrk -t"$threads" -c"$conc" -d"${SECS}s" --timeout 10s -s "$lua" "$url" | grep '^{"requests"')
-    record "{\"bench\":\"wrk\",$fields,\"concurrency\":$conc,\"r\":$j}"
+    [ -n "$t0" ] && cpu=",\"cpu_ticks\":$(( $(cpu_ticks "$CPU_PID") - t0 )),\"clk_tck\":$clk_tck"
+    record "{\"bench\":\"wrk\",$fields,\"concurrency\":$conc,\"r\":$j$cpu}"
 }
 echo "wrk -t{1|2} -c{1|32} -d${SECS}s --timeout 10s -s bench/lua/bench.lua <url>   (WRK_METHOD, WRK_BODY, WRK_TOKEN, WRK_REGISTER from the environment)" >>"$commands"
 
@@ -361,7 +368,9 @@ secret="bench-envoy-access-secret-0123456789abcdef"
 token=$("$bench_bin" token --secret "$secret")
 k=$(printf '%s' "$secret" | base64 -w0 | tr '+/' '-_' | tr -d '=')
 p_none=$(free_port); p_filter=$(free_port); p_jwt=$(free_port); p_intro=$(free_port); p_admin=$(free_port)
-p_empty=$(free_port)
+p_empty=$(free_port); p_jwt1=$(free_port)
+jwt_claims1='{ header_name: x-user-id, claim_name: sub }'
+jwt_claims3="$jwt_claims1"', { header_name: x-session-id, claim_name: sid }, { header_name: x-user-mfa, claim_name: mfa }'
 filter_cfg="{\"secrets\":[\"$secret\"],\"default\":\"auth\"}"
 intro_cfg="{\"secrets\":[\"$secret\"],\"default\":\"auth\",\"introspection\":{\"cluster\":\"upstream\",\"api_key\":\"tfa_bench\",\"positive_ttl_secs\":3600}}"
 listener() { # name port filters-yaml
@@ -402,7 +411,7 @@ wasm_filter() { # vm_id config [wasm file]
                   value: '$2'
 EOF
 }
-jwt_filter() {
+jwt_filter() { # claim_to_headers entries
     cat <<EOF
           - name: envoy.filters.http.jwt_authn
             typed_config:
@@ -412,7 +421,7 @@ jwt_filter() {
                   issuer: two-factor-auth
                   audiences: [two-factor-auth-api]
                   forward: true
-                  claim_to_headers: [{ header_name: x-user-id, claim_name: sub }]
+                  claim_to_headers: [$1]
                   local_jwks:
                     inline_string: '{"keys":[{"kty":"oct","alg":"HS256","k":"$k"}]}'
               rules: [{ match: { prefix: "/" }, requires: { provider_name: tfa } }]
@@ -427,7 +436,10 @@ static_resources:
 EOF
     listener none "$p_none" ""
     listener filter "$p_filter" "$(wasm_filter tfa_edge "$filter_cfg")"
-    listener jwt_authn "$p_jwt" "$(jwt_filter)"
+    # The claims our filter forwards by default (sub, sid, mfa), then only
+    # `sub`, for reference.
+    listener jwt_authn "$p_jwt" "$(jwt_filter "$jwt_claims3")"
+    listener jwt_authn_sub "$p_jwt1" "$(jwt_filter "$jwt_claims1")"
     listener filter_introspection "$p_intro" "$(wasm_filter tfa_edge_intro "$intro_cfg")"
     listener empty_wasm "$p_empty" "$(wasm_filter tfa_empty "{}" "$empty_filter")"
     cat <<EOF
@@ -446,7 +458,10 @@ envoy -c "$out/envoy.yaml" --concurrency 1 --disable-hot-restart --log-level war
 pids+=("$!")
 echo "envoy -c target/bench/envoy.yaml --concurrency 1 --disable-hot-restart --log-level warn" >>"$commands"
 wait_http "$p_admin" /ready
-for p in "$p_none" "$p_filter" "$p_jwt" "$p_intro" "$p_empty"; do
+# Envoy's own process (the PyPI launcher execs it), for its CPU per request.
+envoy_pid=$(pgrep -f -- "-c $out/envoy.yaml" | head -1)
+[ -r "/proc/$envoy_pid/stat" ] || { echo "cannot find Envoy's process" >&2; exit 1; }
+for p in "$p_none" "$p_filter" "$p_jwt" "$p_jwt1" "$p_intro" "$p_empty"; do
     code=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $token" "http://127.0.0.1:$p/")
     [ "$code" = 200 ] || { echo "Envoy listener $p answered $code to a valid token" >&2; cat "$out/envoy.log" >&2; exit 1; }
     code=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer x$token" "http://127.0.0.1:$p/")
@@ -457,13 +472,16 @@ for p in "$p_none" "$p_filter" "$p_jwt" "$p_intro" "$p_empty"; do
     WRK_TOKEN="$token" wrk -t1 -c4 -d1s -s "$lua" "http://127.0.0.1:$p/" >/dev/null
 done
 for run_i in $(seq 1 "$RUNS"); do
+    # A fresh token for every round: the whole section outlasts an access
+    # token's 15 minutes, and an expired one would be measured as a refusal.
+    token=$("$bench_bin" token --secret "$secret")
     for conc in 1 32; do
         step "Envoy run $run_i/$RUNS, concurrency $conc"
-        wrk_run "\"target\":\"envoy\",\"endpoint\":\"no filter\",\"run\":$run_i" "$conc" "http://127.0.0.1:$p_none/" WRK_TOKEN="$token"
-        wrk_run "\"target\":\"envoy\",\"endpoint\":\"edge filter\",\"run\":$run_i" "$conc" "http://127.0.0.1:$p_filter/" WRK_TOKEN="$token"
-        wrk_run "\"target\":\"envoy\",\"endpoint\":\"jwt_authn\",\"run\":$run_i" "$conc" "http://127.0.0.1:$p_jwt/" WRK_TOKEN="$token"
-        wrk_run "\"target\":\"envoy\",\"endpoint\":\"edge filter + introspection (warm)\",\"run\":$run_i" "$conc" "http://127.0.0.1:$p_intro/" WRK_TOKEN="$token"
-        wrk_run "\"target\":\"envoy\",\"endpoint\":\"empty wasm filter\",\"run\":$run_i" "$conc" "http://127.0.0.1:$p_empty/" WRK_TOKEN="$token"
+        for v in "no filter|$p_none" "edge filter|$p_filter" "jwt_authn|$p_jwt" "jwt_authn, sub only|$p_jwt1" \
+                 "edge filter + introspection (warm)|$p_intro" "empty wasm filter|$p_empty"; do
+            CPU_PID="$envoy_pid" wrk_run "\"target\":\"envoy\",\"endpoint\":\"${v%|*}\",\"run\":$run_i" "$conc" \
+                "http://127.0.0.1:${v#*|}/" WRK_TOKEN="$token"
+        done
     done
 done
 # The filter's own cost in V8 without Envoy (Node.js is V8 too): a minimal
