@@ -327,9 +327,11 @@ def main():
     w("second host, same binary, with `DATA_DIR` on this machine's (shared, virtual) disk. Load: wrk with `bench/lua/bench.lua`, keep-alive")
     w("connections, `-t1 -c1` and `-t2 -c32`. The **floor** is the same host binary serving")
     w("`bench/floor-app` (a Spin component that answers a fixed 200 and touches nothing): the")
-    w("ratio column is the endpoint's p50 over the floor's p50 at the same concurrency.\n")
-    w("| endpoint | concurrency | requests/s (min–max) | p50 | p99 | p50 / floor | errors |")
-    w("|---|---:|---:|---:|---:|---:|---:|")
+    w("ratio column is the endpoint's p50 over the floor's p50 at the same concurrency. *Host CPU*")
+    w("is the host process's own CPU time (user + system, `/proc/PID/stat`) over all runs of the")
+    w("row, divided by their requests: what a request costs the server, without wrk's share.\n")
+    w("| endpoint | concurrency | requests/s (min–max) | p50 | p99 | p50 / floor | host CPU / request | errors |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|")
     for conc in (1, 32):
         fl = wstat("floor", "GET /health", conc)
         rows = [("floor (trivial component)", "floor", "GET /health")] + [
@@ -340,18 +342,20 @@ def main():
             if not s:
                 continue
             ratio = f"{s['p50'] / fl['p50']:.1f}×" if fl else "–"
+            cpu = us(s["cpu_us"]) if s["cpu_us"] is not None else "–"
             w(f"| {label} | {conc} | {rate(s['rps'])} ({rate(s['rps_min'])}–{rate(s['rps_max'])}) "
-              f"| {us(s['p50'])} | {us(s['p99'])} | {ratio} | {s['errors']} |")
+              f"| {us(s['p50'])} | {us(s['p99'])} | {ratio} | {cpu} | {s['errors']} |")
     w("")
     hy = [(c, wstat("hyper", "GET /", c)) for c in (1, 32)]
     if any(s for _, s in hy):
         w("**The host floor**: plain hyper (`tfa-bench upstream --threads <cores>`, a fixed 200),")
         w("same machine, same wrk, measured in alternation with the rows above.\n")
-        w("| server | concurrency | requests/s (min–max) | p50 | p99 | errors |\n|---|---:|---:|---:|---:|---:|")
+        w("| server | concurrency | requests/s (min–max) | p50 | p99 | CPU / request | errors |\n|---|---:|---:|---:|---:|---:|---:|")
         for c, s in hy:
             if s:
+                cpu = us(s["cpu_us"]) if s["cpu_us"] is not None else "–"
                 w(f"| hyper | {c} | {rate(s['rps'])} ({rate(s['rps_min'])}–{rate(s['rps_max'])}) "
-                  f"| {us(s['p50'])} | {us(s['p99'])} | {s['errors']} |")
+                  f"| {us(s['p50'])} | {us(s['p99'])} | {cpu} | {s['errors']} |")
         w("")
     if verify:
         w("**`POST /2fa/verify` on its own** (`tfa-bench verify`): before each timed part every user")
@@ -532,7 +536,10 @@ def main():
         w(f"- **Why the host floor stays below hyper (target 1).** At concurrency 32 hyper answers "
           f"{rate(hy32['rps'])}/s, about {cpu(hy32):.0f} µs of CPU per request on {cores} cores with wrk "
           f"included; the trivial component through `tfa-host` {rate(fl32['rps'])}/s, about "
-          f"{cpu(fl32):.0f} µs. The difference is what a fresh wasm instance per request costs: a "
+          f"{cpu(fl32):.0f} µs"
+          + (f" (the servers' own CPU per request, measured: {us(hy32['cpu_us'])} for hyper, "
+             f"{us(fl32['cpu_us'])} for the host)" if hy32["cpu_us"] and fl32["cpu_us"] else "")
+          + ". The difference is what a fresh wasm instance per request costs: a "
           "pooling slot and instantiation (see `store + instantiate` in section 4), the wasi:http "
           "request and response resources crossing the component boundary, the instance's own "
           "task, and resetting the slot's touched pages afterwards. The profile (perf, 2 cores, "
@@ -549,9 +556,13 @@ def main():
     handle_note = (f"One request inside the host without the network (`tfa-bench handle`, section 4) costs "
                    f"{us(hs['us_p50_best_batch'])} for `GET /api/health` against "
                    f"{us(hf['us_p50_best_batch'])} for the floor component. Under load the gap "
-                   "widens: host CPU per request at concurrency 32 (`perf stat` of the host under wrk, "
-                   "2026-11-26) was 56-58 µs for the floor and 91-96 µs for `GET /api/health`, against "
-                   "17 and 31 µs in-process, most likely because the larger component's code and "
+                   "widens: the host's CPU per request at concurrency 32 "
+                   + (f"(section 2) was {us(fl32['cpu_us'])} for the floor, {us(he32['cpu_us'])} for "
+                      f"`GET /api/health` and {us(me32['cpu_us'])} for `GET /api/auth/me`"
+                      if fl32 and he32 and me32 and fl32["cpu_us"] and he32["cpu_us"] and me32["cpu_us"]
+                      else "(`perf stat` of the host under wrk, 2026-11-26) was 56-58 µs for the floor "
+                      "and 91-96 µs for `GET /api/health`")
+                   + ", most likely because the larger component's code and "
                    "memory share the two cores' caches with the load generator and the other requests "
                    "(this machine has no hardware counters to show it). "
                    if hs and hf else "")

@@ -236,8 +236,10 @@ start_host api "$component" "$api_port" "$shm/api"
 api_pid=$host_pid
 floor_port=$(free_port)
 start_host floor "$floor" "$floor_port" "$shm/floor"
+floor_pid=$host_pid
 disk_port=$(free_port)
 start_host api-disk "$component" "$disk_port" "$out/api-disk/data"
+disk_pid=$host_pid
 # POST /2fa/verify on its own: logins are prepared before each timed part,
 # so these hosts hash with cheap Argon2 parameters (a verification never
 # hashes); one on tmpfs, one on disk.
@@ -250,7 +252,8 @@ start_host api-verify-disk "$component" "$verd_port" "$out/api-verify-disk/data"
 # on as many threads as cores (tfa-bench upstream).
 hyper_port=$(free_port)
 "$bench_bin" upstream --port "$hyper_port" --threads "$cores" --max-secs 3600 2>"$out/hyper.log" &
-pids+=("$!")
+hyper_pid=$!
+pids+=("$hyper_pid")
 echo "$bench_bin upstream --port <free> --threads $cores" >>"$commands"
 wait_http "$hyper_port" /
 
@@ -275,14 +278,15 @@ wrk -t1 -c4 -d1s -s "$lua" "$api/health" >/dev/null
 for run_i in $(seq 1 "$RUNS"); do
     for conc in 1 32; do
         step "API run $run_i/$RUNS, concurrency $conc"
-        wrk_run "\"target\":\"hyper\",\"endpoint\":\"GET /\",\"run\":$run_i" "$conc" "http://127.0.0.1:$hyper_port/"
-        wrk_run "\"target\":\"floor\",\"endpoint\":\"GET /health\",\"run\":$run_i" "$conc" "$flo/health"
-        wrk_run "\"target\":\"api\",\"endpoint\":\"GET /health\",\"run\":$run_i" "$conc" "$api/health"
-        wrk_run "\"target\":\"api\",\"endpoint\":\"GET /auth/me\",\"run\":$run_i" "$conc" "$api/auth/me" WRK_TOKEN="$access"
-        wrk_run "\"target\":\"api\",\"endpoint\":\"POST /auth/login\",\"run\":$run_i" "$conc" "$api/auth/login" WRK_METHOD=POST WRK_BODY="$login_body"
-        wrk_run "\"target\":\"api\",\"endpoint\":\"POST /auth/register\",\"run\":$run_i" "$conc" "$api/auth/register" WRK_METHOD=POST WRK_REGISTER=1 WRK_TAG="$run_i$conc$(date +%s | tail -c 5)"
-        wrk_run "\"target\":\"api_disk\",\"endpoint\":\"GET /auth/me\",\"run\":$run_i" "$conc" "$dsk/auth/me" WRK_TOKEN="$disk_access"
-        wrk_run "\"target\":\"api_disk\",\"endpoint\":\"POST /auth/login\",\"run\":$run_i" "$conc" "$dsk/auth/login" WRK_METHOD=POST WRK_BODY="$disk_login_body"
+        # CPU_PID: the server's own CPU per request goes into the record.
+        CPU_PID=$hyper_pid wrk_run "\"target\":\"hyper\",\"endpoint\":\"GET /\",\"run\":$run_i" "$conc" "http://127.0.0.1:$hyper_port/"
+        CPU_PID=$floor_pid wrk_run "\"target\":\"floor\",\"endpoint\":\"GET /health\",\"run\":$run_i" "$conc" "$flo/health"
+        CPU_PID=$api_pid wrk_run "\"target\":\"api\",\"endpoint\":\"GET /health\",\"run\":$run_i" "$conc" "$api/health"
+        CPU_PID=$api_pid wrk_run "\"target\":\"api\",\"endpoint\":\"GET /auth/me\",\"run\":$run_i" "$conc" "$api/auth/me" WRK_TOKEN="$access"
+        CPU_PID=$api_pid wrk_run "\"target\":\"api\",\"endpoint\":\"POST /auth/login\",\"run\":$run_i" "$conc" "$api/auth/login" WRK_METHOD=POST WRK_BODY="$login_body"
+        CPU_PID=$api_pid wrk_run "\"target\":\"api\",\"endpoint\":\"POST /auth/register\",\"run\":$run_i" "$conc" "$api/auth/register" WRK_METHOD=POST WRK_REGISTER=1 WRK_TAG="$run_i$conc$(date +%s | tail -c 5)"
+        CPU_PID=$disk_pid wrk_run "\"target\":\"api_disk\",\"endpoint\":\"GET /auth/me\",\"run\":$run_i" "$conc" "$dsk/auth/me" WRK_TOKEN="$disk_access"
+        CPU_PID=$disk_pid wrk_run "\"target\":\"api_disk\",\"endpoint\":\"POST /auth/login\",\"run\":$run_i" "$conc" "$dsk/auth/login" WRK_METHOD=POST WRK_BODY="$disk_login_body"
     done
 done
 
