@@ -96,6 +96,12 @@ def main():
     w(f"| wrk | {wrk_v} |")
     thp = sh("sed -n 's/.*\\[\\(.*\\)\\].*/\\1/p' /sys/kernel/mm/transparent_hugepage/enabled")
     w(f"| transparent huge pages | `{thp or '?'}` (tfa-host asks for them over its linear memories) |")
+    idle_driver = sh("cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null")
+    halt_poll = sh("cat /sys/module/haltpoll/parameters/guest_halt_poll_ns 2>/dev/null")
+    no_poll = idle_driver == "haltpoll" and halt_poll == "0"
+    w(f"| CPU idle driver | `{idle_driver or '?'}`"
+      + (f", `guest_halt_poll_ns` = {halt_poll}" if halt_poll else "")
+      + (" (an idle virtual core halts into the hypervisor at once)" if no_poll else "") + " |")
     la0, la1 = meta.get("loadavg_start", "?"), meta_end.get("loadavg_end", "?")
     busy = False
     try:
@@ -624,9 +630,11 @@ def main():
           f"three claims forwarded as headers), the two cost Envoy the same CPU per request at "
           f"concurrency 32 ({cf32['cpu_us'] - cn32['cpu_us']:+.1f} µs for ours, "
           f"{cj32['cpu_us'] - cn32['cpu_us']:+.1f} µs for jwt_authn, over no filter), and there our "
-          f"p50 overhead is {'the lower' if cf32['p50'] <= cj32['p50'] else 'the higher'}. At concurrency 1 every request runs cold: this virtual "
-          f"machine's idle driver (`haltpoll` with `guest_halt_poll_ns` = 0) halts an idle core "
-          f"into the hypervisor, so each request wakes wrk, Envoy and the upstream in turn on "
+          f"p50 overhead is {'the lower' if cf32['p50'] <= cj32['p50'] else 'the higher'}. At "
+          "concurrency 1 every request runs cold: "
+          + ("this virtual machine's idle driver (`haltpoll` with `guest_halt_poll_ns` = 0) halts "
+             "an idle core into the hypervisor, so " if no_poll else "")
+          + "each request wakes wrk, Envoy and the upstream in turn on "
           f"cores whose caches others have used since; Envoy's CPU per request with no filter is "
           f"{cn1['cpu_us'] / cn32['cpu_us']:.1f}× its figure at concurrency 32, and our filter's "
           f"share {(cf1['cpu_us'] - cn1['cpu_us']) / (cf32['cpu_us'] - cn32['cpu_us']):.1f}× "
