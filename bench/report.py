@@ -139,14 +139,19 @@ def main():
         rps = [x["requests"] / (x["duration_us"] / 1e6) for x in rs]
         errs = sum(x["errors_status"] + x["errors_connect"] + x["errors_read"]
                    + x["errors_write"] + x["errors_timeout"] for x in rs)
+        n = sum(x["requests"] for x in rs)
         return {
             "rps": med(rps), "rps_min": min(rps), "rps_max": max(rps),
             "p50": med([x["p50_us"] for x in rs]), "p99": med([x["p99_us"] for x in rs]),
-            "errors": errs, "requests": sum(x["requests"] for x in rs), "n": len(rs),
+            "errors": errs, "requests": n, "n": len(rs),
             # The server's CPU time per request over all runs (where recorded).
-            "cpu_us": (sum(x["cpu_s"] for x in rs) * 1e6 / sum(x["requests"] for x in rs)
-                       if all("cpu_s" in x for x in rs) and sum(x["requests"] for x in rs) else None),
+            "cpu_us": (sum(x["cpu_s"] for x in rs) * 1e6 / n
+                       if n and all("cpu_s" in x for x in rs) else None),
         }
+
+    def cpu_cell(s):
+        """A row's CPU per request, or a dash where the run did not record it."""
+        return us(s["cpu_us"]) if s["cpu_us"] is not None else "–"
 
     twofa = defaultdict(list)
     for r in by["2fa_login"]:
@@ -348,7 +353,7 @@ def main():
             if not s:
                 continue
             ratio = f"{s['p50'] / fl['p50']:.1f}×" if fl else "–"
-            cpu = us(s["cpu_us"]) if s["cpu_us"] is not None else "–"
+            cpu = cpu_cell(s)
             w(f"| {label} | {conc} | {rate(s['rps'])} ({rate(s['rps_min'])}–{rate(s['rps_max'])}) "
               f"| {us(s['p50'])} | {us(s['p99'])} | {ratio} | {cpu} | {s['errors']} |")
     w("")
@@ -359,7 +364,7 @@ def main():
         w("| server | concurrency | requests/s (min–max) | p50 | p99 | CPU / request | errors |\n|---|---:|---:|---:|---:|---:|---:|")
         for c, s in hy:
             if s:
-                cpu = us(s["cpu_us"]) if s["cpu_us"] is not None else "–"
+                cpu = cpu_cell(s)
                 w(f"| hyper | {c} | {rate(s['rps'])} ({rate(s['rps_min'])}–{rate(s['rps_max'])}) "
                   f"| {us(s['p50'])} | {us(s['p99'])} | {cpu} | {s['errors']} |")
         w("")
@@ -450,7 +455,7 @@ def main():
             if not s:
                 continue
             d = f"{s['p50'] - base['p50']:+.1f} µs" if base and v != "no filter" else "–"
-            cpu = us(s["cpu_us"]) if s["cpu_us"] is not None else "–"
+            cpu = cpu_cell(s)
             dc = (f"{s['cpu_us'] - base['cpu_us']:+.1f} µs"
                   if base and v != "no filter" and s["cpu_us"] is not None and base["cpu_us"] is not None
                   else "–")

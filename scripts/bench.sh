@@ -461,12 +461,14 @@ EOF
 run envoy --mode validate -c "$out/envoy.yaml" >/dev/null
 envoy -c "$out/envoy.yaml" --concurrency 1 --disable-hot-restart --log-level warn \
     --log-path "$out/envoy.log" </dev/null >/dev/null 2>&1 &
-pids+=("$!")
+envoy_pid=$!
+pids+=("$envoy_pid")
 echo "envoy -c target/bench/envoy.yaml --concurrency 1 --disable-hot-restart --log-level warn" >>"$commands"
 wait_http "$p_admin" /ready
-# Envoy's own process (the PyPI launcher execs it), for its CPU per request.
-envoy_pid=$(pgrep -f -- "-c $out/envoy.yaml" | head -1)
-[ -r "/proc/$envoy_pid/stat" ] || { echo "cannot find Envoy's process" >&2; exit 1; }
+# Its CPU per request is read from that process: the PyPI launcher (and
+# pyenv's shim) exec Envoy, so it is Envoy itself.
+[ "$(basename "$(readlink "/proc/$envoy_pid/exe")")" = envoy ] || {
+    echo "process $envoy_pid is not Envoy: $(readlink "/proc/$envoy_pid/exe")" >&2; exit 1; }
 for p in "$p_none" "$p_filter" "$p_jwt" "$p_jwt1" "$p_intro" "$p_empty"; do
     code=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $token" "http://127.0.0.1:$p/")
     [ "$code" = 200 ] || { echo "Envoy listener $p answered $code to a valid token" >&2; cat "$out/envoy.log" >&2; exit 1; }
