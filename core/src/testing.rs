@@ -252,6 +252,55 @@ impl<S: Store> Store for FailingStore<S> {
     }
 }
 
+/// Wraps a store and records every operation as `"<op> <key>"` (`get`,
+/// `set`, `delete`, `increment`), in order: what a request costs the store.
+pub struct RecordingStore<S: Store> {
+    inner: S,
+    log: std::sync::Mutex<Vec<String>>,
+}
+
+impl<S: Store> RecordingStore<S> {
+    /// Wraps `inner`, with an empty record.
+    pub fn new(inner: S) -> Self {
+        RecordingStore {
+            inner,
+            log: Default::default(),
+        }
+    }
+    /// The operations recorded since the last call, oldest first.
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.log.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+    fn note(&self, op: &str, key: &str) {
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(format!("{op} {key}"));
+    }
+}
+
+impl<S: Store> Store for RecordingStore<S> {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.note("get", key);
+        self.inner.get(key)
+    }
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.note("set", key);
+        self.inner.set(key, value)
+    }
+    fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.note("delete", key);
+        self.inner.delete(key)
+    }
+    fn increment(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
+        self.note("increment", key);
+        self.inner.increment(key, delta)
+    }
+    fn pause(&self, attempt: u32) {
+        self.inner.pause(attempt)
+    }
+}
+
 /// A deterministic random source (SplitMix64) for tests. Not secure.
 pub struct SeededRng(u64);
 

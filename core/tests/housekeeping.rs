@@ -117,3 +117,121 @@ fn probes_cost_one_read_and_idle_requests_one_more() {
     h.call(get("/health/live"));
     assert_eq!(ops(&h) - before, 1, "and then nothing is due again");
 }
+
+/// Issue #15: a `POST /2fa/verify` reads the user record twice (before the
+/// check, and under the lock that spends the code and links the session),
+/// never a third time for the webhook fan-out after the response, and its
+/// attempt counter once (reserving the attempt is the check that one is
+/// left). The events still reach the user's webhooks.
+#[test]
+fn a_second_factor_check_reads_the_user_twice_and_its_attempts_once() {
+    use tfa_core::testing::{test_config, MemoryStore, RecordingStore};
+    let mut h = Harness::with(test_config(&[]), RecordingStore::new(MemoryStore::new()));
+    let u = register(&mut h, "alice");
+    let (secret, backups) = enable_totp(&mut h, &u);
+    let count = |ops: &[String], op: &str| ops.iter().filter(|o| o.as_str() == op).count();
+    let user_read = format!("get user:{}", u.id);
+
+    for hooks in [false, true] {
+        if hooks {
+            let resp = h.call(bearer(
+                post(
+                    "/webhooks",
+                    json!({ "url": "https://hooks.example.com/tfa",
+                            "events": ["2fa.verified", "backup_code.used"] }),
+                ),
+                &u.access,
+            ));
+            assert_eq!(resp.status, 201);
+            h.advance_secs(30);
+        }
+        let calls = h.webhook_calls.len();
+        let temp = temp_token(&mut h, &u, "192.0.2.9");
+        let jti_ops = |ops: &[String], counter: &str| {
+            ops.iter()
+                .filter(|o| o.starts_with(&format!("increment {counter}:")))
+                .count()
+        };
+        h.store.take();
+        let code = totp_code(&secret, now_secs(&h));
+        let resp = h.call(post(
+            "/2fa/verify",
+            json!({ "tempToken": temp, "code": code }),
+        ));
+        assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
+        let ops = h.store.take();
+        assert_eq!(count(&ops, &user_read), 2, "{ops:#?}");
+        assert_eq!(jti_ops(&ops, "tt"), 1, "{ops:#?}");
+        assert_eq!(jti_ops(&ops, "ttu"), 2, "{ops:#?}");
+        if hooks {
+            assert_eq!(h.webhook_calls.len(), calls + 1);
+            let event = &h.webhook_calls.last().unwrap().call.headers;
+            assert!(event
+                .iter()
+                .any(|(k, v)| k.eq_ignore_ascii_case("x-webhook-event") && v == "2fa.verified"));
+        } else {
+            assert_eq!(h.webhook_calls.len(), calls);
+        }
+
+        h.advance_secs(30);
+        let temp = temp_token(&mut h, &u, "192.0.2.9");
+        h.store.take();
+        let backup = &backups[usize::from(hooks)];
+        let resp = h.call(post(
+            "/2fa/verify-backup-code",
+            json!({ "tempToken": temp, "backupCode": backup }),
+        ));
+        assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
+        let ops = h.store.take();
+        assert_eq!(count(&ops, &user_read), 2, "{ops:#?}");
+        if hooks {
+            let event = &h.webhook_calls.last().unwrap().call.headers;
+            assert!(
+                event
+                    .iter()
+                    .any(|(k, v)| k.eq_ignore_ascii_case("x-webhook-event")
+                        && v == "backup_code.used")
+            );
+        }
+        h.advance_secs(30);
+    }
+}
+
+/// An exhausted temp token is refused without a read of its attempt
+/// counter; when the account is locked as well, the lock is what is said.
+#[test]
+fn an_exhausted_temp_token_on_a_locked_account_reports_the_lock() {
+    use tfa_core::testing::{test_config, MemoryStore};
+    let mut h = Harness::with(
+        test_config(&[("RATE_LIMIT_ENABLED", "false")]),
+        MemoryStore::new(),
+    );
+    let u = register(&mut h, "bob");
+    let (secret, _) = enable_totp(&mut h, &u);
+    let wrong = |h: &Harness, temp: &str| {
+        let good = totp_code(&secret, now_secs(h));
+        let bad = if good == "000000" { "111111" } else { "000000" };
+        post("/2fa/verify", json!({ "tempToken": temp, "code": bad }))
+    };
+    // 20 consecutive failures lock the account: four tokens of five.
+    let mut temp = String::new();
+    for i in 0..4 {
+        temp = temp_token(&mut h, &u, "192.0.2.20");
+        for _ in 0..5 {
+            let req = wrong(&h, &temp);
+            assert_error(&h.call(req), 400, "Invalid verification code");
+        }
+        if i == 0 {
+            // Used up, not locked: the token is what is refused (and the
+            // refusal is not one more failure of the account).
+            let req = wrong(&h, &temp);
+            assert_error(&h.call(req), 400, "Invalid temp token");
+        }
+    }
+    let req = wrong(&h, &temp);
+    assert_error(
+        &h.call(req),
+        429,
+        "Too many requests. Please try again later.",
+    );
+}

@@ -68,19 +68,27 @@ pub fn issue_temp(ctx: &mut Ctx, user_id: &str) -> Result<String, ApiError> {
 /// A temp token that verifies, has attempts left and has not been
 /// exchanged; else `InvalidTempToken`.
 pub fn temp_claims(ctx: &mut Ctx, token: &str) -> Result<Claims, ApiError> {
+    let (claims, jti) = unexchanged(ctx, token)?;
+    if ctx.env.store.increment(&format!("tt:{jti}"), 0)? >= TEMP_ATTEMPTS {
+        return Err(ApiError::InvalidTempToken);
+    }
+    ctx.user_id = Some(claims.sub.clone());
+    Ok(claims)
+}
+
+/// The claims and `jti` of a temp token that verifies and has not been
+/// exchanged; else `InvalidTempToken`. Says nothing about attempts left.
+fn unexchanged(ctx: &mut Ctx, token: &str) -> Result<(Claims, String), ApiError> {
     let keys = ctx.keys()?;
     let claims = keys
         .tokens
         .verify(TokenKind::Temp, token, ctx.now_secs())
         .map_err(|_| ApiError::InvalidTempToken)?;
     let jti = claims.jti.clone().ok_or(ApiError::InvalidTempToken)?;
-    if ctx.env.store.increment(&format!("ttu:{jti}"), 0)? > 0
-        || ctx.env.store.increment(&format!("tt:{jti}"), 0)? >= TEMP_ATTEMPTS
-    {
+    if ctx.env.store.increment(&format!("ttu:{jti}"), 0)? > 0 {
         return Err(ApiError::InvalidTempToken);
     }
-    ctx.user_id = Some(claims.sub.clone());
-    Ok(claims)
+    Ok((claims, jti))
 }
 
 fn check_lock(ctx: &mut Ctx, user_id: &str) -> Result<(), ApiError> {
@@ -120,12 +128,16 @@ pub(crate) fn record_failure(ctx: &mut Ctx, user_id: &str, method: &str) -> Resu
     Ok(())
 }
 
-/// Everything both verification endpoints do before checking a code:
-/// token, lock, one reserved attempt, the user.
+/// Everything the verification endpoints do before checking a code:
+/// token, lock, one reserved attempt, the user. A token whose attempts are
+/// used up is refused by the reservation itself; when the account is locked
+/// too, the lock is what the client is told.
 pub(crate) fn begin(ctx: &mut Ctx, token: &str) -> Result<(Claims, UserRecord), ApiError> {
-    let claims = temp_claims(ctx, token)?;
+    let (claims, jti) = unexchanged(ctx, token)?;
+    ctx.user_id = Some(claims.sub.clone());
     check_lock(ctx, &claims.sub)?;
-    let jti = claims.jti.clone().unwrap_or_default();
+    // Reserving the attempt is also the check that one was left: no
+    // separate read of the counter first.
     if ctx.env.store.increment(&format!("tt:{jti}"), 1)? > TEMP_ATTEMPTS {
         return Err(ApiError::InvalidTempToken);
     }
@@ -331,7 +343,7 @@ pub fn verified(
             )),
         }
     }
-    ctx.audit(Some(&user.id), "2fa_verified", true, detail);
+    ctx.audit_of(user, "2fa_verified", true, detail);
     Outcome::Done(web::ok(200, data))
 }
 
@@ -355,8 +367,8 @@ pub fn verify_backup(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         Err(e) => return Err(e),
     };
     let (tokens, remaining) = exchange(ctx, &claims, Spend::Backup(hash))?;
-    ctx.audit(
-        Some(&user.id),
+    ctx.audit_of(
+        &user,
         "backup_code_used",
         true,
         json!({ "remainingCodes": remaining }),

@@ -51,9 +51,9 @@ pub(crate) fn after_response(env: &mut Env, effects: Vec<Effect>) -> Completion 
     let mut maintenance = false;
     for effect in effects {
         match effect {
-            Effect::Audit(record) => {
+            Effect::Audit(record, hooks) => {
                 if let Some((user_id, event, data)) = webhooks::event_of(&record) {
-                    match webhooks::fan_out(env, &user_id, event, data) {
+                    match webhooks::fan_out(env, &user_id, hooks, event, data) {
                         Ok(calls) => out.webhooks.extend(calls),
                         Err(_) => out
                             .log

@@ -188,7 +188,7 @@ pub fn register(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         }
     };
     let tokens = sessions::create(ctx, &user.id, false)?;
-    ctx.audit(Some(&user.id), "register", true, json!({}));
+    ctx.audit_of(&user, "register", true, json!({}));
     Ok(Outcome::Done(web::ok(
         201,
         json!({ "user": user_json(&user), "accessToken": tokens.access, "refreshToken": tokens.refresh }),
@@ -289,7 +289,7 @@ pub fn finish_login(
     details: Value,
 ) -> Result<Outcome, ApiError> {
     let tokens = sessions::create_amr(ctx, &user.id, mfa, amr)?;
-    ctx.audit(Some(&user.id), "login_success", true, details);
+    ctx.audit_of(user, "login_success", true, details);
     Ok(Outcome::Done(web::ok(
         200,
         json!({ "user": user_json(user), "accessToken": tokens.access, "refreshToken": tokens.refresh }),

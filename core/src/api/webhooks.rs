@@ -561,20 +561,27 @@ pub fn pending_deliveries<E>(
     Ok(created.saturating_sub(settled).max(0).unsigned_abs())
 }
 
-/// Fans an event out to the user's subscribed, active hooks.
+/// Fans an event out to the user's subscribed, active hooks: those of
+/// `known` (the user record's list as the request read it), else of the
+/// user record read now.
 pub fn fan_out(
     env: &mut Env,
     user_id: &str,
+    known: Option<Vec<String>>,
     event: &str,
     data: Value,
 ) -> Result<Vec<WebhookCall>, ApiError> {
-    let Some(user) = records::load::<UserRecord>(env.store, &format!("user:{user_id}"))? else {
-        return Ok(vec![]);
+    let ids = match known {
+        Some(ids) => ids,
+        None => match records::load::<UserRecord>(env.store, &format!("user:{user_id}"))? {
+            Some(user) => user.webhooks,
+            None => return Ok(vec![]),
+        },
     };
-    if user.webhooks.is_empty() {
+    if ids.is_empty() {
         return Ok(vec![]);
     }
-    let keys: Vec<String> = user.webhooks.iter().map(|id| hook_key(id)).collect();
+    let keys: Vec<String> = ids.iter().map(|id| hook_key(id)).collect();
     let hooks: Vec<WebhookRecord> = records::load_each::<WebhookRecord>(env.store, &keys)?
         .into_iter()
         .filter(|h| h.active && h.user_id == user_id && h.events.iter().any(|e| e == event))

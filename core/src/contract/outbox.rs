@@ -55,8 +55,10 @@ pub struct DeliveryError(pub String);
 /// Work that happens after the response has been sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    /// An audit record to persist ([`crate::Service::complete`] does it).
-    Audit(AuditRecord),
+    /// An audit record to persist ([`crate::Service::complete`] does it),
+    /// with the ids of its user's webhooks when the request had read the
+    /// user record anyway (the fan-out then need not read it again).
+    Audit(AuditRecord, Option<Vec<String>>),
     /// A line for the operator's log only (never shown to the client).
     Log(String),
     /// A webhook delivery already recorded, to attempt after the response.

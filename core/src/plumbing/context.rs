@@ -10,6 +10,7 @@ use crate::contract::http::{Request, Response};
 use crate::contract::outbox::{AuditRecord, Delivery, DeliveryError, Effect};
 use crate::contract::ports::Env;
 use crate::plumbing::ratelimit::{self, Rule, Slot};
+use crate::plumbing::records::UserRecord;
 use crate::plumbing::secrets::{self, Keys};
 use crate::plumbing::util;
 use std::rc::Rc;
@@ -201,7 +202,26 @@ impl<'c, 'e, 'a> Ctx<'c, 'e, 'a> {
     /// Records an audit event (written after the response; the webhook event
     /// it announces, if any, is derived from it then: [`crate::Service::complete`]).
     pub fn audit(&mut self, user_id: Option<&str>, action: &str, success: bool, details: Value) {
-        let record = AuditRecord {
+        let record = self.audit_record(user_id, action, success, details);
+        self.effects.push(Effect::Audit(record, None));
+    }
+
+    /// [`Ctx::audit`] for `user`, a record this request has read: the
+    /// webhook event goes to the webhooks it lists, without reading it again.
+    pub fn audit_of(&mut self, user: &UserRecord, action: &str, success: bool, details: Value) {
+        let record = self.audit_record(Some(&user.id), action, success, details);
+        self.effects
+            .push(Effect::Audit(record, Some(user.webhooks.clone())));
+    }
+
+    fn audit_record(
+        &mut self,
+        user_id: Option<&str>,
+        action: &str,
+        success: bool,
+        details: Value,
+    ) -> AuditRecord {
+        AuditRecord {
             id: util::uuid_v4(self.env),
             user_id: user_id.map(str::to_string),
             action: action.to_string(),
@@ -210,8 +230,7 @@ impl<'c, 'e, 'a> Ctx<'c, 'e, 'a> {
             user_agent: self.ua.clone(),
             details,
             created_at: util::iso8601(self.env.now_ms),
-        };
-        self.effects.push(Effect::Audit(record));
+        }
     }
 
     /// A line for the operator's log.
