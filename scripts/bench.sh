@@ -374,7 +374,7 @@ secret="bench-envoy-access-secret-0123456789abcdef"
 token=$("$bench_bin" token --secret "$secret")
 k=$(printf '%s' "$secret" | base64 -w0 | tr '+/' '-_' | tr -d '=')
 p_none=$(free_port); p_filter=$(free_port); p_jwt=$(free_port); p_intro=$(free_port); p_admin=$(free_port)
-p_empty=$(free_port); p_jwt1=$(free_port)
+p_empty=$(free_port); p_jwt1=$(free_port); p_jwtc=$(free_port)
 jwt_claims1='{ header_name: x-user-id, claim_name: sub }'
 jwt_claims3="$jwt_claims1"', { header_name: x-session-id, claim_name: sid }, { header_name: x-user-mfa, claim_name: mfa }'
 filter_cfg="{\"secrets\":[\"$secret\"],\"default\":\"auth\"}"
@@ -417,7 +417,7 @@ wasm_filter() { # vm_id config [wasm file]
                   value: '$2'
 EOF
 }
-jwt_filter() { # claim_to_headers entries
+jwt_filter() { # claim_to_headers entries [extra provider settings]
     cat <<EOF
           - name: envoy.filters.http.jwt_authn
             typed_config:
@@ -427,7 +427,8 @@ jwt_filter() { # claim_to_headers entries
                   issuer: two-factor-auth
                   audiences: [two-factor-auth-api]
                   forward: true
-                  claim_to_headers: [$1]
+                  claim_to_headers: [$1]${2:+
+                  $2}
                   local_jwks:
                     inline_string: '{"keys":[{"kty":"oct","alg":"HS256","k":"$k"}]}'
               rules: [{ match: { prefix: "/" }, requires: { provider_name: tfa } }]
@@ -446,6 +447,10 @@ EOF
     # `sub`, for reference.
     listener jwt_authn "$p_jwt" "$(jwt_filter "$jwt_claims3")"
     listener jwt_authn_sub "$p_jwt1" "$(jwt_filter "$jwt_claims1")"
+    # jwt_authn with its cache of verified tokens (off unless
+    # `jwt_cache_config` is given; 100 tokens is its documented default
+    # size), for reference: our filter keeps such a memo by default.
+    listener jwt_authn_cached "$p_jwtc" "$(jwt_filter "$jwt_claims3" "jwt_cache_config: { jwt_cache_size: 100 }")"
     listener filter_introspection "$p_intro" "$(wasm_filter tfa_edge_intro "$intro_cfg")"
     listener empty_wasm "$p_empty" "$(wasm_filter tfa_empty "{}" "$empty_filter")"
     cat <<EOF
@@ -469,7 +474,7 @@ wait_http "$p_admin" /ready
 # pyenv's shim) exec Envoy, so it is Envoy itself.
 [ "$(basename "$(readlink "/proc/$envoy_pid/exe")")" = envoy ] || {
     echo "process $envoy_pid is not Envoy: $(readlink "/proc/$envoy_pid/exe")" >&2; exit 1; }
-for p in "$p_none" "$p_filter" "$p_jwt" "$p_jwt1" "$p_intro" "$p_empty"; do
+for p in "$p_none" "$p_filter" "$p_jwt" "$p_jwt1" "$p_jwtc" "$p_intro" "$p_empty"; do
     code=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $token" "http://127.0.0.1:$p/")
     [ "$code" = 200 ] || { echo "Envoy listener $p answered $code to a valid token" >&2; cat "$out/envoy.log" >&2; exit 1; }
     code=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer x$token" "http://127.0.0.1:$p/")
@@ -486,7 +491,8 @@ for run_i in $(seq 1 "$RUNS"); do
     for conc in 1 32; do
         step "Envoy run $run_i/$RUNS, concurrency $conc"
         for v in "no filter|$p_none" "edge filter|$p_filter" "jwt_authn|$p_jwt" "jwt_authn, sub only|$p_jwt1" \
-                 "edge filter + introspection (warm)|$p_intro" "empty wasm filter|$p_empty"; do
+                 "jwt_authn with its cache|$p_jwtc" "edge filter + introspection (warm)|$p_intro" \
+                 "empty wasm filter|$p_empty"; do
             CPU_PID="$envoy_pid" wrk_run "\"target\":\"envoy\",\"endpoint\":\"${v%|*}\",\"run\":$run_i" "$conc" \
                 "http://127.0.0.1:${v#*|}/" WRK_TOKEN="$token"
         done

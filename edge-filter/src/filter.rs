@@ -13,7 +13,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType, MetricType, Status};
-use tfa_core::tokens::Verifier;
+use tfa_core::crypto::token_memo::MemoVerifier;
 
 use crate::config::{Config, Requirement};
 use crate::headers::Headers;
@@ -62,7 +62,7 @@ impl Metrics {
 
 struct State {
     cfg: Config,
-    verifier: Verifier,
+    verifier: MemoVerifier,
 }
 
 struct Root {

@@ -44,7 +44,9 @@
 //! 3. Per request, `proxy_on_context_create` makes an HTTP context and
 //!    `proxy_on_request_headers` runs the whole decision: strip protected
 //!    headers; preflight or `none` → continue; otherwise verify the token
-//!    ([`policy::check_token`]) at the host's time; on failure send the local
+//!    ([`policy::check_token`]; a token this configuration accepted before
+//!    is answered from the worker's memo, `exp`/`nbf` checked again) at the
+//!    host's time; on failure send the local
 //!    response and stop; on success without introspection set the claim
 //!    headers and continue.
 //! 4. With introspection: a fresh cached answer decides at once; otherwise

@@ -4,6 +4,7 @@
 
 use tfa_core::contract::error::messages;
 use tfa_core::contract::http;
+use tfa_core::crypto::token_memo::MemoVerifier;
 use tfa_core::tokens::{Claims, TokenError, Verifier};
 
 use crate::config::{Claim, Config, PathMatch, Requirement};
@@ -160,21 +161,24 @@ pub fn extract_token(
         .map(str::to_string)
 }
 
-/// Builds the verifier of a configuration (access tokens only).
-pub fn verifier(cfg: &Config) -> Verifier {
-    Verifier::new(
+/// Builds the verifier of a configuration (access tokens only), with a
+/// memo of the tokens it accepts: a client sends the same token with every
+/// request, and a held token costs a comparison and the time checks
+/// instead of its decoding, JSON and MAC (`tfa_core::crypto::token_memo`).
+pub fn verifier(cfg: &Config) -> MemoVerifier {
+    MemoVerifier::new(Verifier::new(
         tfa_core::tokens::TokenKind::Access,
         &cfg.secrets,
         &cfg.issuer,
         &cfg.audience,
         cfg.clock_skew_secs,
-    )
+    ))
 }
 
 /// Checks `token` against `requirement` (which is not `None`) at
 /// `now_secs`: the claims, or why not.
 pub fn check_token(
-    verifier: &Verifier,
+    verifier: &MemoVerifier,
     token: Option<&str>,
     requirement: Requirement,
     now_secs: u64,

@@ -24,6 +24,8 @@ pub mod password;
 #[cfg(feature = "service")]
 pub mod qr;
 #[cfg(feature = "service")]
+pub mod token_memo;
+#[cfg(feature = "service")]
 pub mod tokens;
 #[cfg(feature = "service")]
 pub mod totp;

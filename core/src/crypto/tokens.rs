@@ -368,6 +368,11 @@ impl Verifier {
         };
         verify_token(token, &self.keys, &policy, now_secs)
     }
+
+    /// The clock-skew leeway applied to `exp` and `nbf`.
+    pub fn leeway_secs(&self) -> u64 {
+        self.leeway_secs
+    }
 }
 
 /// Installs core's HMAC-only provider ([`crate::crypto::jwt_hmac`]) as
@@ -643,6 +648,28 @@ fn time_claim(claim: &Option<Raw<'_>>) -> Result<Option<u64>, TokenError> {
     }
 }
 
+/// The only checks whose outcome depends on `now`: valid while
+/// `now < exp + leeway` and once `now + leeway >= nbf` (a sum past
+/// `u64::MAX` counts as satisfied).
+pub(crate) fn check_time(
+    exp: u64,
+    nbf: Option<u64>,
+    leeway_secs: u64,
+    now: u64,
+) -> Result<(), TokenError> {
+    if let Some(limit) = exp.checked_add(leeway_secs) {
+        if now >= limit {
+            return Err(TokenError::Expired);
+        }
+    }
+    if let (Some(nbf), Some(shifted)) = (nbf, now.checked_add(leeway_secs)) {
+        if shifted < nbf {
+            return Err(TokenError::NotYetValid);
+        }
+    }
+    Ok(())
+}
+
 /// The checks on a payload whose signature has been verified, in the order
 /// [`TokenKeys::verify`] documents.
 fn check_claims(raw: RawClaims<'_>, policy: &Policy<'_>, now: u64) -> Result<Claims, TokenError> {
@@ -667,18 +694,7 @@ fn check_claims(raw: RawClaims<'_>, policy: &Policy<'_>, now: u64) -> Result<Cla
     let iat = time_claim(&raw.iat)?.ok_or(TokenError::MissingClaim)?;
     let nbf = time_claim(&raw.nbf)?;
 
-    // Valid while now < exp + leeway; past u64::MAX that always holds.
-    if let Some(limit) = exp.checked_add(policy.leeway_secs) {
-        if now >= limit {
-            return Err(TokenError::Expired);
-        }
-    }
-    // Valid once now + leeway >= nbf; past u64::MAX that always holds.
-    if let (Some(nbf), Some(shifted)) = (nbf, now.checked_add(policy.leeway_secs)) {
-        if shifted < nbf {
-            return Err(TokenError::NotYetValid);
-        }
-    }
+    check_time(exp, nbf, policy.leeway_secs, now)?;
 
     let sub = string_claim(&raw.sub)?;
     let mfa = match raw.mfa {
