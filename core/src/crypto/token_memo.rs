@@ -96,6 +96,7 @@ fn slot_of(token: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crypto::tokens::tests::{hs256_header, sign_raw};
     use crate::crypto::tokens::{Extra, TokenKeys, TokenKind};
 
     const ISS: &str = "tfa-api";
@@ -118,23 +119,11 @@ mod tests {
     /// An access token that is not valid before `nbf` (the API never sets
     /// one; other issuers may), signed by hand.
     fn with_nbf(secret: &[u8], nbf: u64) -> String {
-        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        use base64::Engine;
-        use hmac::digest::KeyInit;
-        use hmac::{Hmac, Mac};
-        let part = |v: serde_json::Value| URL_SAFE_NO_PAD.encode(v.to_string());
-        let msg = format!(
-            "{}.{}",
-            part(serde_json::json!({ "alg": "HS256", "typ": "JWT" })),
-            part(serde_json::json!({
-                "sub": "carol", "sid": "s", "mfa": false, "typ": "access",
-                "iss": ISS, "aud": AUD, "iat": T0, "exp": T0 + 900, "nbf": nbf
-            }))
-        );
-        let mut mac = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(secret).unwrap();
-        mac.update(msg.as_bytes());
-        let tag = mac.finalize().into_bytes();
-        format!("{msg}.{}", URL_SAFE_NO_PAD.encode(tag))
+        let payload = serde_json::json!({
+            "sub": "carol", "sid": "s", "mfa": false, "typ": "access",
+            "iss": ISS, "aud": AUD, "iat": T0, "exp": T0 + 900, "nbf": nbf
+        });
+        sign_raw(&hs256_header(), &payload, secret)
     }
 
     fn verifier(leeway: u64) -> Verifier {

@@ -731,7 +731,7 @@ fn check_claims(raw: RawClaims<'_>, policy: &Policy<'_>, now: u64) -> Result<Cla
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::crypto::signature::hmac_sha256;
     use proptest::prelude::*;
@@ -810,8 +810,9 @@ mod tests {
         URL_SAFE_NO_PAD.encode(bytes)
     }
 
-    /// A token with the given header and payload JSON, HS256-signed by hand.
-    fn sign_raw(header: &Value, payload: &Value, secret: &[u8]) -> String {
+    /// A token with the given header and payload JSON, HS256-signed by hand
+    /// (also used by `token_memo`'s tests).
+    pub(crate) fn sign_raw(header: &Value, payload: &Value, secret: &[u8]) -> String {
         let msg = format!(
             "{}.{}",
             b64(header.to_string().as_bytes()),
@@ -829,7 +830,7 @@ mod tests {
         })
     }
 
-    fn hs256_header() -> Value {
+    pub(crate) fn hs256_header() -> Value {
         json!({"alg": "HS256", "typ": "JWT"})
     }
 
