@@ -138,26 +138,16 @@ fn a_second_factor_check_reads_the_user_twice_and_its_attempts_once() {
         h.store.take();
         let resp = h.call(post(path, body));
         assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
-        let event = h.webhook_calls[calls..].last().and_then(|c| {
-            let mut headers = c.call.headers.iter();
-            let (_, v) = headers.find(|(k, _)| k.eq_ignore_ascii_case("x-webhook-event"))?;
-            Some(v.clone())
-        });
+        let event = h.webhook_calls[calls..]
+            .last()
+            .map(|c| header(c, "x-webhook-event").to_string());
         h.advance_secs(30);
         (h.store.take(), event)
     };
 
     for hooks in [false, true] {
         if hooks {
-            let resp = h.call(bearer(
-                post(
-                    "/webhooks",
-                    json!({ "url": "https://hooks.example.com/tfa",
-                            "events": ["2fa.verified", "backup_code.used"] }),
-                ),
-                &u.access,
-            ));
-            assert_eq!(resp.status, 201);
+            create_hook(&mut h, &u, json!(["2fa.verified", "backup_code.used"]));
         }
         let temp = temp_token(&mut h, &u, "192.0.2.9");
         let code = totp_code(&secret, now_secs(&h));

@@ -5,30 +5,8 @@ mod common;
 
 use common::*;
 use serde_json::{json, Value};
-use tfa_core::api::webhooks::WebhookCall;
 use tfa_core::signature;
 use tfa_core::testing::{test_config, Harness, MemoryStore};
-
-fn create_hook(h: &mut Harness, u: &User, events: Value) -> Value {
-    let resp = h.call(bearer(
-        post(
-            "/webhooks",
-            json!({ "url": "https://hooks.example.com/tfa", "events": events }),
-        ),
-        &u.access,
-    ));
-    assert_eq!(resp.status, 201, "{}", String::from_utf8_lossy(&resp.body));
-    data(&resp)
-}
-
-fn header<'a>(call: &'a WebhookCall, name: &str) -> &'a str {
-    call.call
-        .headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.as_str())
-        .unwrap()
-}
 
 #[test]
 fn events_list_is_public() {

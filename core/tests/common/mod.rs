@@ -5,6 +5,7 @@
 use std::sync::{Arc, Barrier};
 
 use serde_json::{json, Value};
+use tfa_core::api::webhooks::WebhookCall;
 use tfa_core::crypto::totp;
 use tfa_core::testing::{Harness, InterleavingStore, MemoryStore, SeededRng};
 use tfa_core::{Env, Request, Response, Service, Step, Store};
@@ -75,6 +76,30 @@ pub fn register<S: Store>(h: &mut Harness<S>, name: &str) -> User {
         access: d["accessToken"].as_str().unwrap().to_string(),
         refresh: d["refreshToken"].as_str().unwrap().to_string(),
     }
+}
+
+/// Registers a webhook of `u` at `https://hooks.example.com/tfa` for
+/// `events`; returns the created hook (its `secret` included).
+pub fn create_hook<S: Store>(h: &mut Harness<S>, u: &User, events: Value) -> Value {
+    let resp = h.call(bearer(
+        post(
+            "/webhooks",
+            json!({ "url": "https://hooks.example.com/tfa", "events": events }),
+        ),
+        &u.access,
+    ));
+    assert_eq!(resp.status, 201, "{}", String::from_utf8_lossy(&resp.body));
+    data(&resp)
+}
+
+/// The value of header `name` (any case) of a webhook call; panics if absent.
+pub fn header<'a>(call: &'a WebhookCall, name: &str) -> &'a str {
+    call.call
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+        .unwrap()
 }
 
 pub fn totp_code(secret_b32: &str, unix_secs: u64) -> String {
