@@ -633,7 +633,8 @@ def main():
       "that decoded the user record three times (twice now) and encodes it once; the two calls "
       "removed since are worth 10–15 %, not the factor of four the target needs. So the target is out of reach on this "
       "design, which keeps Spin's model (a fresh instance per request, one key-value call per "
-      "key, ten of them durable writes each waiting for a commit). What would reach it: a store "
+      "key, ten of them durable writes each waiting for a commit, seven of those before the "
+      "answer). What would reach it: a store "
       "interface with multi-key reads and atomic multi-key writes, so that a verification is one "
       "read and one commit (Spin's `wasi:keyvalue/batch` is neither atomic nor working on Redis, "
       "docs/decisions.md), and a host store that keeps its records in memory behind a write-ahead "
@@ -717,7 +718,10 @@ def main():
           "instead of one fsync per write. At concurrency 1 there is nothing to share and each "
           "write of a verification waits for its own fsync; the counter reads (`increment` by 0) "
           "and deletes of absent keys among the operations counted above are answered from the "
-          "committed state without one (docs/decisions.md, \"Counter reads\").")
+          "committed state without one (docs/decisions.md, \"Counter reads\"). Seven durable "
+          "writes come before a verification's answer; the filing of its session in the expiry "
+          "index and its audit record follow the answer (docs/decisions.md, \"Expiry index\"; "
+          "nine before it until 2026-11-26).")
     plain_v = core.get("wasm", {}).get("argon2id_verify", {}).get("median_ns")
     if plain_v and argon_verify_ns == argon_verify_ns:
         ratio = plain_v / argon_verify_ns

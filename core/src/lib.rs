@@ -29,7 +29,8 @@
 //!    [`Service::resume`] with the pending state and the result.
 //! 4. On [`Step::Respond`]: write the response.
 //! 5. After writing it: call [`Service::complete`] with the reply's effects
-//!    (persists audit records, sweeps expired keys, collects due webhook
+//!    (files the expiries of what it created, persists audit records,
+//!    sweeps expired keys, collects due webhook
 //!    deliveries and retries) and log the lines it returns; send each
 //!    webhook call it returns and report each result with
 //!    [`Service::webhook_result`].

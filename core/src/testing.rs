@@ -445,7 +445,16 @@ impl<S: Store> Harness<S> {
 
     /// Sends `req` (peer 203.0.113.7 unless set) and returns the response,
     /// performing deliveries and completing effects like a host.
-    pub fn call(&mut self, mut req: Request) -> Response {
+    pub fn call(&mut self, req: Request) -> Response {
+        let reply = self.respond(req);
+        self.complete(reply.effects);
+        reply.response
+    }
+
+    /// The first half of [`Harness::call`]: handles `req` (peer
+    /// 203.0.113.7 unless set), performing its deliveries, and returns the
+    /// reply without running what follows the response.
+    pub fn respond(&mut self, mut req: Request) -> crate::Reply {
         if req.peer.is_none() {
             req.peer = Some("203.0.113.7".into());
         }
@@ -468,8 +477,20 @@ impl<S: Store> Harness<S> {
                 }
             }
         };
-        self.last_user_id = reply.user_id;
-        let done = self.service.complete(&mut env, reply.effects);
+        self.last_user_id = reply.user_id.clone();
+        reply
+    }
+
+    /// The second half of [`Harness::call`]: runs what follows a response
+    /// and attempts the webhook calls it returns (answered from
+    /// `webhook_answers`, 200 when empty).
+    pub fn complete(&mut self, effects: Vec<crate::Effect>) {
+        let mut env = Env {
+            store: &self.store,
+            rng: &mut self.rng,
+            now_ms: self.now_ms,
+        };
+        let done = self.service.complete(&mut env, effects);
         self.log.extend(done.log);
         for call in done.webhooks {
             let answer = self.webhook_answers.pop_front().unwrap_or(Ok(200));
@@ -479,7 +500,6 @@ impl<S: Store> Harness<S> {
             self.log.extend(lines);
             self.webhook_calls.push(call);
         }
-        reply.response
     }
 
     /// The 6-digit code in the last delivery.

@@ -166,6 +166,86 @@ fn a_second_factor_check_reads_the_user_twice_and_its_attempts_once() {
     }
 }
 
+/// Issue #15, target 3: what a request creates that expires (a rate-limit
+/// window, a temp token's counters, a session, a trusted device) is filed in
+/// the expiry index after the response, so no index write is on the
+/// client's wait; the storage test above shows it is swept all the same. A
+/// registration's claims are the exception: filed before they are taken,
+/// because one left unswept would keep its name taken.
+#[test]
+fn expiries_are_filed_after_the_response_except_claims() {
+    use tfa_core::testing::{test_config, MemoryStore, RecordingStore};
+    use tfa_core::Store;
+    let mut h = Harness::with(test_config(&[]), RecordingStore::new(MemoryStore::new()));
+    // Writes to the index (the reads below are this test's own).
+    let index = |ops: &[String]| -> Vec<String> {
+        let writes = ["set hk:", "increment hk:", "delete hk:"];
+        let ours = |o: &&String| writes.iter().any(|w| o.starts_with(w));
+        ops.iter().filter(ours).cloned().collect()
+    };
+    // The entries filed by `ops`, read back from the store.
+    let filed = |h: &Harness<RecordingStore<MemoryStore>>, ops: &[String]| -> Vec<String> {
+        ops.iter()
+            .filter_map(|o| o.strip_prefix("set hk:e:"))
+            .map(|k| {
+                let v = h.store.get(&format!("hk:e:{k}")).unwrap().unwrap();
+                String::from_utf8(v).unwrap()
+            })
+            .collect()
+    };
+
+    h.store.take();
+    let body = json!({ "email": "carol@example.com", "username": "carol", "password": PASSWORD });
+    let reply = h.respond(post("/auth/register", body));
+    assert_eq!(reply.response.status, 201);
+    let before = h.store.take();
+    let claims = filed(&h, &before);
+    assert_eq!(
+        claims,
+        ["c|claim:email:carol@example.com", "c|claim:username:carol"],
+        "{before:#?}"
+    );
+    h.complete(reply.effects);
+    let u = register(&mut h, "alice");
+    let (secret, _) = enable_totp(&mut h, &u);
+
+    h.store.take();
+    let login = json!({ "emailOrUsername": u.email, "password": PASSWORD });
+    let reply = h.respond(post("/auth/login", login).peer("192.0.2.40"));
+    assert_eq!(reply.response.status, 200);
+    let temp = data(&reply.response)["tempToken"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let before = h.store.take();
+    assert_eq!(index(&before), Vec::<String>::new(), "{before:#?}");
+    h.complete(reply.effects);
+    let after = h.store.take();
+    let entries = filed(&h, &after);
+    for prefix in ["c|rl:login:192.0.2.40:", "c|tt:", "c|ttu:"] {
+        assert!(
+            entries.iter().any(|e| e.starts_with(prefix)),
+            "{prefix}: {entries:?}"
+        );
+    }
+
+    let code = totp_code(&secret, now_secs(&h));
+    let body = json!({ "tempToken": temp, "code": code, "trustDevice": true });
+    let reply = h.respond(post("/2fa/verify", body).peer("192.0.2.40"));
+    assert_eq!(reply.response.status, 200);
+    let before = h.store.take();
+    assert_eq!(index(&before), Vec::<String>::new(), "{before:#?}");
+    h.complete(reply.effects);
+    let after = h.store.take();
+    let entries = filed(&h, &after);
+    for prefix in ["c|rl:verify:192.0.2.40:", "r|sess:", "r|dev:"] {
+        assert!(
+            entries.iter().any(|e| e.starts_with(prefix)),
+            "{prefix}: {entries:?}"
+        );
+    }
+}
+
 /// An exhausted temp token is refused without a read of its attempt
 /// counter; when the account is locked as well, the lock is what is said.
 #[test]

@@ -9,7 +9,7 @@ use crate::api::sessions::{self, Access};
 use crate::contract::error::ApiError;
 use crate::crypto::tokens::{Extra, TokenKind};
 use crate::plumbing::context::{Ctx, Outcome};
-use crate::plumbing::housekeeping;
+use crate::plumbing::housekeeping::Expiry;
 use crate::plumbing::ratelimit;
 use crate::plumbing::records::{self, Ref, UserRecord};
 use crate::plumbing::util::{self, iso8601};
@@ -83,7 +83,7 @@ pub fn trust(ctx: &mut Ctx, user_id: &str, name: Option<String>) -> Result<Strin
         exp_ms,
     };
     records::save(ctx.env.store, &key(&device.id), &device)?;
-    housekeeping::schedule_record(ctx.env, &key(&device.id), exp_ms)?;
+    ctx.expire(Expiry::record(&key(&device.id), exp_ms));
     let over = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
         u.prune(now);
         u.devices.push(Ref {

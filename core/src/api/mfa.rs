@@ -24,7 +24,7 @@ use crate::contract::error::{ApiError, RateInfo};
 use crate::crypto::codes;
 use crate::crypto::tokens::{Claims, Extra, TokenKind};
 use crate::plumbing::context::{Ctx, Outcome};
-use crate::plumbing::housekeeping;
+use crate::plumbing::housekeeping::Expiry;
 use crate::plumbing::ratelimit;
 use crate::plumbing::records::{self, UserRecord};
 use crate::plumbing::util;
@@ -51,8 +51,8 @@ pub fn issue_temp(ctx: &mut Ctx, user_id: &str) -> Result<String, ApiError> {
     let exp_ms = now
         .saturating_add(TokenKind::Temp.lifetime_secs())
         .saturating_mul(1000);
-    housekeeping::schedule_counter(ctx.env, &format!("tt:{jti}"), exp_ms)?;
-    housekeeping::schedule_counter(ctx.env, &format!("ttu:{jti}"), exp_ms)?;
+    ctx.expire(Expiry::counter(&format!("tt:{jti}"), exp_ms));
+    ctx.expire(Expiry::counter(&format!("ttu:{jti}"), exp_ms));
     ctx.user_id = Some(user_id.to_string());
     Ok(keys.tokens.issue(
         TokenKind::Temp,
@@ -119,7 +119,7 @@ pub(crate) fn record_failure(ctx: &mut Ctx, user_id: &str, method: &str) -> Resu
         let exp_ms = ctx.now_ms().saturating_add(LOCK_MS);
         let lock_key = format!("mfalock:{user_id}");
         records::save(ctx.env.store, &lock_key, &Lock { exp_ms })?;
-        housekeeping::schedule_record(ctx.env, &lock_key, exp_ms)?;
+        ctx.expire(Expiry::record(&lock_key, exp_ms));
         ctx.env.store.delete(&key)?;
         ctx.log(format!(
             "second factor locked for user {user_id} after {LOCK_AFTER} failures"

@@ -43,7 +43,8 @@ pub(crate) fn dispatch(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     router::dispatch(ctx)
 }
 
-/// What follows a response: persists audit records, derives webhook events
+/// What follows a response: files the expiries of what the request created,
+/// persists audit records, derives webhook events
 /// from them and fans them out, and, when the request asked for
 /// maintenance, picks up retries that came due and sweeps expired records.
 pub(crate) fn after_response(env: &mut Env, effects: Vec<Effect>) -> Completion {
@@ -69,6 +70,14 @@ pub(crate) fn after_response(env: &mut Env, effects: Vec<Effect>) -> Completion 
             }
             Effect::Log(line) => out.log.push(line),
             Effect::Webhook(call) => out.webhooks.push(call),
+            Effect::Expire(expiry) => {
+                if housekeeping::schedule(env, &expiry).is_err() {
+                    out.log.push(format!(
+                        "housekeeping: {} not filed for removal (store unavailable)",
+                        expiry.key()
+                    ));
+                }
+            }
             Effect::Maintenance => maintenance = true,
         }
     }

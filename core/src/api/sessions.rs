@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::contract::error::ApiError;
 use crate::crypto::tokens::{Extra, TokenKind};
 use crate::plumbing::context::{Ctx, Outcome};
-use crate::plumbing::housekeeping;
+use crate::plumbing::housekeeping::Expiry;
 use crate::plumbing::ratelimit;
 use crate::plumbing::records::{self, Ref, UserRecord};
 use crate::plumbing::util::{self, iso8601};
@@ -152,7 +152,7 @@ pub fn prepare_amr(
         exp_ms,
     };
     records::save(ctx.env.store, &key(&sid), &record)?;
-    housekeeping::schedule_record(ctx.env, &key(&sid), exp_ms)?;
+    ctx.expire(Expiry::record(&key(&sid), exp_ms));
     Ok(record)
 }
 
@@ -389,9 +389,10 @@ pub fn refresh(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     // is stored, only its tokens remain to be issued (no store access), so
     // a failing store can never leave a rotated session whose new refresh
     // token the client did not get (its old one would then count as reuse
-    // and end the session). Extending the schedule and the user's reference
-    // first is harmless if the rotation then does not happen.
-    housekeeping::schedule_record(ctx.env, &key(&sid), exp_ms)?;
+    // and end the session). Asking for a later sweep (filed after the
+    // response, failed or not) and extending the user's reference first is
+    // harmless if the rotation then does not happen.
+    ctx.expire(Expiry::record(&key(&sid), exp_ms));
     records::update(
         ctx.env,
         &format!("user:{}", claims.sub),

@@ -15,7 +15,7 @@ use crate::api::sessions::{self, Access};
 use crate::contract::error::ApiError;
 use crate::crypto::password;
 use crate::plumbing::context::{Ctx, Outcome};
-use crate::plumbing::housekeeping;
+use crate::plumbing::housekeeping::{self, Expiry};
 use crate::plumbing::ratelimit;
 use crate::plumbing::records::{self, UserRecord};
 use crate::plumbing::util::iso8601;
@@ -117,8 +117,10 @@ pub fn register(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     // CLAIM_TTL_MS. The lasting proof that a name is taken is its index
     // (`email:…`, `username:…`), checked once the claim is held.
     let claim_exp = ctx.now_ms().saturating_add(CLAIM_TTL_MS);
-    housekeeping::schedule_counter(ctx.env, &email_claim, claim_exp)?;
-    housekeeping::schedule_counter(ctx.env, &name_claim, claim_exp)?;
+    // (Filed now, not after the response like other expiries: a claim left
+    // unswept would keep its name taken.)
+    housekeeping::schedule(ctx.env, &Expiry::counter(&email_claim, claim_exp))?;
+    housekeeping::schedule(ctx.env, &Expiry::counter(&name_claim, claim_exp))?;
     if ctx.env.store.increment(&email_claim, 1)? != 1
         || ctx.env.store.get(&format!("email:{email}"))?.is_some()
     {

@@ -33,7 +33,7 @@ use crate::crypto::webauthn::{
     WebauthnError,
 };
 use crate::plumbing::context::{Ctx, Outcome};
-use crate::plumbing::housekeeping;
+use crate::plumbing::housekeeping::Expiry;
 use crate::plumbing::ratelimit;
 use crate::plumbing::records::{self, MethodRecord, UserRecord, WebauthnCredential};
 use crate::plumbing::util::{self, iso8601};
@@ -95,8 +95,8 @@ pub fn issue_challenge(
             exp_ms,
         },
     )?;
-    housekeeping::schedule_record(ctx.env, &key, exp_ms)?;
-    housekeeping::schedule_counter(ctx.env, &format!("wachu:{challenge}"), exp_ms)?;
+    ctx.expire(Expiry::record(&key, exp_ms));
+    ctx.expire(Expiry::counter(&format!("wachu:{challenge}"), exp_ms));
     Ok(challenge)
 }
 

@@ -2,7 +2,7 @@
 //! retries, the delivery log, and signature verification.
 //!
 //! Handlers never deliver anything. An audit-worthy action becomes an
-//! [`Effect::Event`]; after the response, [`crate::Service::complete`] turns
+//! [`Effect::Audit`] record; after the response, [`crate::Service::complete`] turns
 //! it into one delivery record per subscribed hook (`whd:{id}`) and hands the
 //! host one signed [`WebhookCall`] each. The host reports each outcome to
 //! [`crate::Service::webhook_result`], which records the attempt and, on

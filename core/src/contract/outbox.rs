@@ -63,6 +63,9 @@ pub enum Effect {
     Log(String),
     /// A webhook delivery already recorded, to attempt after the response.
     Webhook(WebhookCall),
+    /// A key the request created that expires, to file in the expiry index
+    /// ([`crate::plumbing::housekeeping`]) so that it is swept.
+    Expire(Expiry),
     /// Check the time-bucketed queues (webhook retries, expiry sweeps) after
     /// the response. Every request asks for it except `GET /health` and
     /// `/health/ready`, whose whole cost is one store read.
@@ -88,7 +91,7 @@ pub struct AuditRecord {
     /// Owner of the record (user id), when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user_id: Option<String>,
-    /// Action name from [`ACTIONS`].
+    /// Action name from [`ACTIONS`](crate::api::audit::ACTIONS).
     pub action: String,
     /// Whether the action succeeded.
     pub success: bool,
@@ -109,4 +112,48 @@ pub struct WebhookCall {
     pub delivery_id: String,
     /// The signed POST.
     pub call: HttpCall,
+}
+
+/// A key to delete once it has expired: what a request hands on in
+/// [`Effect::Expire`], for [`crate::plumbing::housekeeping::schedule`] after
+/// the response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expiry {
+    /// The index entry: `c|{key}` for a counter, `r|{key}` for a record.
+    entry: String,
+    exp_ms: u64,
+}
+
+impl Expiry {
+    /// The counter at `key`, deleted after `exp_ms`.
+    pub fn counter(key: &str, exp_ms: u64) -> Self {
+        Expiry {
+            entry: format!("c|{key}"),
+            exp_ms,
+        }
+    }
+
+    /// The JSON record at `key` (which has an `expMs` field), deleted once
+    /// that field is in the past.
+    pub fn record(key: &str, exp_ms: u64) -> Self {
+        Expiry {
+            entry: format!("r|{key}"),
+            exp_ms,
+        }
+    }
+
+    /// The key it names.
+    pub fn key(&self) -> &str {
+        self.entry.get(2..).unwrap_or_default()
+    }
+
+    /// The expiry index's entry: `c|{key}` or `r|{key}`.
+    pub fn entry(&self) -> &str {
+        &self.entry
+    }
+
+    /// When the key expires (ms since the epoch).
+    pub fn exp_ms(&self) -> u64 {
+        self.exp_ms
+    }
 }

@@ -9,6 +9,7 @@ use crate::contract::error::ApiError;
 use crate::contract::http::{Request, Response};
 use crate::contract::outbox::{AuditRecord, Delivery, DeliveryError, Effect};
 use crate::contract::ports::Env;
+use crate::plumbing::housekeeping::Expiry;
 use crate::plumbing::ratelimit::{self, Rule, Slot};
 use crate::plumbing::records::UserRecord;
 use crate::plumbing::secrets::{self, Keys};
@@ -168,7 +169,11 @@ impl<'c, 'e, 'a> Ctx<'c, 'e, 'a> {
         if !self.config.rate_limit_enabled {
             return Ok(None);
         }
-        match ratelimit::hit(self.env, rule, subject) {
+        let (result, expiry) = ratelimit::hit(self.env, rule, subject);
+        if let Some(expiry) = expiry {
+            self.expire(expiry);
+        }
+        match result {
             Ok(slot) => {
                 self.headers
                     .retain(|(k, _)| !k.to_ascii_lowercase().starts_with("x-ratelimit-"));
@@ -197,6 +202,13 @@ impl<'c, 'e, 'a> Ctx<'c, 'e, 'a> {
                 Err(e)
             }
         }
+    }
+
+    /// Has `expiry` filed in the expiry index after the response (see
+    /// [`crate::plumbing::housekeeping`]): whatever this request created that
+    /// expires is swept once it has.
+    pub fn expire(&mut self, expiry: Expiry) {
+        self.effects.push(Effect::Expire(expiry));
     }
 
     /// Records an audit event (written after the response; the webhook event

@@ -1,11 +1,23 @@
 //! Removal of expired records without ever listing keys.
 //!
 //! Whoever creates something that expires (a rate-limit window, a temp-token
-//! counter, a session, a trusted device, an account lock) schedules it here:
-//! the key goes into the time bucket after its expiry (5-minute buckets, a
-//! counter `hk:n:{bucket}` and entries `hk:e:{bucket}:{n}`). [`tick`], run by
-//! [`crate::Service::complete`] after each response, sweeps at most a few due
-//! buckets per call:
+//! counter, a session, a trusted device, an account lock) names it with an
+//! [`Expiry`], which the request hands on as an effect
+//! ([`crate::plumbing::context::Ctx::expire`]); [`crate::Service::complete`]
+//! files it after the response: the key goes into the time bucket after its
+//! expiry (5-minute buckets, a counter `hk:n:{bucket}` and entries
+//! `hk:e:{bucket}:{n}`).
+//!
+//! Filing after the response keeps these two writes off the client's wait
+//! (each is a durable write, and on a disk store each waits for a commit).
+//! The price is a crash window: a host killed between the response and the
+//! filing leaves that one key unswept. The key is never wrong, only kept:
+//! sessions, devices, locks and temp tokens carry their own expiry and are
+//! refused after it whether swept or not, and a leftover counter belongs to
+//! a window or token that is over (docs/decisions.md, "Expiry index").
+//!
+//! [`tick`], run by [`crate::Service::complete`] after each response, sweeps
+//! at most a few due buckets per call:
 //!
 //! 0. read `sched:next`, the time at which the next bucket of this index or
 //!    of the webhook retry queue comes due ([`anything_due`]); before it,
@@ -28,6 +40,7 @@
 //! `GET {base}/health/live` every few minutes.
 
 use crate::contract::error::ApiError;
+pub use crate::contract::outbox::Expiry;
 use crate::contract::ports::Env;
 use crate::plumbing::records;
 
@@ -41,22 +54,14 @@ fn bucket_after(exp_ms: u64) -> u64 {
     exp_ms / BUCKET_MS + 1
 }
 
-fn schedule(env: &mut Env, entry: String, exp_ms: u64) -> Result<(), ApiError> {
-    let b = bucket_after(exp_ms);
+/// Files `expiry` in the bucket after its time: one `increment` of the
+/// bucket's counter, one write of the entry.
+pub fn schedule(env: &mut Env, expiry: &Expiry) -> Result<(), ApiError> {
+    let b = bucket_after(expiry.exp_ms());
     let n = env.store.increment(&format!("hk:n:{b}"), 1)?;
-    env.store.set(&format!("hk:e:{b}:{n}"), entry.as_bytes())?;
+    env.store
+        .set(&format!("hk:e:{b}:{n}"), expiry.entry().as_bytes())?;
     Ok(())
-}
-
-/// Schedules the counter at `key` for deletion after `exp_ms`.
-pub fn schedule_counter(env: &mut Env, key: &str, exp_ms: u64) -> Result<(), ApiError> {
-    schedule(env, format!("c|{key}"), exp_ms)
-}
-
-/// Schedules the JSON record at `key` (which has an `expMs` field) for
-/// deletion once that field is in the past.
-pub fn schedule_record(env: &mut Env, key: &str, exp_ms: u64) -> Result<(), ApiError> {
-    schedule(env, format!("r|{key}"), exp_ms)
 }
 
 /// A time-bucketed queue swept by a pointer: the shape shared by this

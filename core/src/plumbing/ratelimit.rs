@@ -7,7 +7,7 @@
 
 use crate::contract::error::{ApiError, RateInfo};
 use crate::contract::ports::Env;
-use crate::plumbing::housekeeping;
+use crate::plumbing::housekeeping::Expiry;
 
 /// A rate-limit rule of the specification's table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,18 +114,27 @@ pub struct Slot {
 }
 
 /// Counts one request of `subject` under `rule`. Returns the slot (for the
-/// headers) or `RateLimited` when the window is full.
-pub fn hit(env: &mut Env, rule: Rule, subject: &str) -> Result<Slot, ApiError> {
+/// headers) or `RateLimited` when the window is full, and, when this request
+/// opened the window, the window's counter for the caller to have swept
+/// once the window is over ([`crate::plumbing::context::Ctx::expire`]).
+pub fn hit(env: &mut Env, rule: Rule, subject: &str) -> (Result<Slot, ApiError>, Option<Expiry>) {
     let now = env.now_secs();
     let start = now - now % rule.window_secs;
-    let reset = start
-        .checked_add(rule.window_secs)
-        .ok_or(ApiError::Internal)?;
+    let Some(reset) = start.checked_add(rule.window_secs) else {
+        return (Err(ApiError::Internal), None);
+    };
     let key = format!("rl:{}:{}:{}", rule.name, subject, start);
-    let count = env.store.increment(&key, 1)?;
-    if count == 1 {
-        housekeeping::schedule_counter(env, &key, reset.saturating_mul(1000))?;
-    }
+    let count = match env.store.increment(&key, 1) {
+        Ok(count) => count,
+        Err(e) => return (Err(e.into()), None),
+    };
+    let expiry = (count == 1).then(|| Expiry::counter(&key, reset.saturating_mul(1000)));
+    (judge(rule, count, now, reset, key), expiry)
+}
+
+/// The slot of the `count`th request of a window ending at `reset`, or
+/// `RateLimited` past the rule's limit.
+fn judge(rule: Rule, count: i64, now: u64, reset: u64, key: String) -> Result<Slot, ApiError> {
     let used = u32::try_from(count.max(0)).unwrap_or(u32::MAX);
     let info = RateInfo {
         limit: rule.limit,
