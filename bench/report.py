@@ -394,8 +394,10 @@ def main():
     if kv_ops:
         w("**Store operations per request** (`KV_COUNT=true`: the host counts each request's")
         w("key-value calls; the last of several identical requests, so the common case with no")
-        w("queue bucket due). *Before the response* is what had been done when the host received")
-        w("the response; *in all* adds the work after it (audit records, webhook fan-out, the")
+        w("queue bucket due). *Before the response* is what had been done when the component handed")
+        w("its response to the host (counted in that call; until 2026-11-26 the host counted")
+        w("when it got round to receiving the response, and some rows then included work done")
+        w("after it); *in all* adds the work after it (audit records, webhook fan-out, the")
         w("`sched:next` check). A record update under `tfa_core::lock` costs 4 operations besides")
         w("its read and write (increment, two neighbour reads, delete).\n")
         w("| request | before the response (get/set/delete/increment) | in all | total ops |")

@@ -246,11 +246,31 @@ impl Server {
         let mut store = new_store(self.pre.engine(), &self.shared);
         let kv_ops = kv_label.map(|label| (store.data().kv_ops.clone(), label));
         let (tx, rx) = tokio::sync::oneshot::channel();
+        // With KV_COUNT, the operations before the response are counted at
+        // the moment the component hands its response over, in its own
+        // call: once this task wakes up to receive it, the after-response
+        // work may have run already.
+        let at_answer = kv_ops.clone();
+        let answer = move |response| {
+            if let Some((ops, label)) = &at_answer {
+                crate::accesslog::line(&format!(
+                    "kv-ops {label} before-response {}",
+                    format_ops(ops.snapshot())
+                ));
+            }
+            let _ = tx.send(response);
+        };
         let prepared = store
             .data_mut()
             .http()
             .new_incoming_request(Scheme::Http, req)
-            .and_then(|r| Ok((r, store.data_mut().http().new_response_outparam(tx)?)));
+            .and_then(|r| {
+                let out = store
+                    .data_mut()
+                    .http()
+                    .new_response_outparam_from_callback(answer)?;
+                Ok((r, out))
+            });
         let (req, out) = match prepared {
             Ok(p) => p,
             Err(e) => {
@@ -299,14 +319,7 @@ impl Server {
                 }
             }
         });
-        let answer = rx.await;
-        if let Some((ops, label)) = &kv_ops {
-            crate::accesslog::line(&format!(
-                "kv-ops {label} before-response {}",
-                format_ops(ops.snapshot())
-            ));
-        }
-        match answer {
+        match rx.await {
             Ok(Ok(resp)) => {
                 answered.store(true, Ordering::Relaxed);
                 resp

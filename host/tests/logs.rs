@@ -203,3 +203,59 @@ fn text_lines_are_capped_and_levels_honoured() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("LOG_LEVEL must be"));
 }
+
+/// `KV_COUNT=true` (what `scripts/bench.sh` counts store operations with):
+/// the operations before the response are counted when the component hands
+/// its response over, not when the host gets round to receiving it, by
+/// which time the work after the response may have run. `GET /api/health`
+/// reads the store once before its answer and does nothing after it;
+/// `GET /api/health/live` touches nothing before its answer and reads the
+/// maintenance schedule (`sched:next`) after it.
+#[test]
+fn kv_count_splits_store_operations_at_the_response() {
+    let wasm = support::real_component();
+    let host = Host::start("kvcount", &wasm, &[("KV_COUNT", "true")]);
+    let rounds = 20;
+    for _ in 0..rounds {
+        assert_eq!(host.request("GET", "/api/health", "").0, 200);
+        assert_eq!(host.request("GET", "/api/health/live", "").0, 200);
+    }
+    let ops = |label: &str| -> Vec<String> {
+        let needle = format!("kv-ops {label} ");
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            let lines: Vec<String> = host
+                .stdout
+                .lock()
+                .unwrap()
+                .iter()
+                .filter_map(|l| l.split_once(&needle).map(|(_, rest)| rest.to_string()))
+                .collect();
+            if lines.len() >= 2 * rounds || Instant::now() > until {
+                return lines;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // The totals of `/health/live` vary: on a fresh store maintenance is
+    // due until the sweep has caught up, and such a request reads more.
+    let check = |label: &str, before: u32| {
+        let lines = ops(label);
+        assert_eq!(lines.len(), 2 * rounds, "{lines:#?}");
+        for line in &lines {
+            if let Some(rest) = line.strip_prefix("before-response get=") {
+                let nothing_else = "set=0 delete=0 increment=0 other=0";
+                assert_eq!(rest, format!("{before} {nothing_else}"), "{lines:#?}");
+            } else {
+                let gets: u32 = line
+                    .strip_prefix("total get=")
+                    .and_then(|r| r.split(' ').next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("{line}"));
+                assert!(gets >= 1, "{lines:#?}");
+            }
+        }
+    };
+    check("GET /api/health", 1);
+    check("GET /api/health/live", 0);
+}
