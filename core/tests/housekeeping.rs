@@ -209,6 +209,20 @@ fn expiries_are_filed_after_the_response_except_claims() {
     let u = register(&mut h, "alice");
     let (secret, _) = enable_totp(&mut h, &u);
 
+    // No index write before the answer; after it, an entry for each prefix.
+    let files_after_the_answer = |h: &mut Harness<RecordingStore<MemoryStore>>,
+                                  reply: tfa_core::Reply,
+                                  prefixes: &[&str]| {
+        let before = h.store.take();
+        assert_eq!(index(&before), Vec::<String>::new(), "{before:#?}");
+        h.complete(reply.effects);
+        let after = h.store.take();
+        let entries = filed(h, &after);
+        for prefix in prefixes {
+            let found = entries.iter().any(|e| e.starts_with(prefix));
+            assert!(found, "{prefix}: {entries:?}");
+        }
+    };
     h.store.take();
     let login = json!({ "emailOrUsername": u.email, "password": PASSWORD });
     let reply = h.respond(post("/auth/login", login).peer("192.0.2.40"));
@@ -217,33 +231,21 @@ fn expiries_are_filed_after_the_response_except_claims() {
         .as_str()
         .unwrap()
         .to_string();
-    let before = h.store.take();
-    assert_eq!(index(&before), Vec::<String>::new(), "{before:#?}");
-    h.complete(reply.effects);
-    let after = h.store.take();
-    let entries = filed(&h, &after);
-    for prefix in ["c|rl:login:192.0.2.40:", "c|tt:", "c|ttu:"] {
-        assert!(
-            entries.iter().any(|e| e.starts_with(prefix)),
-            "{prefix}: {entries:?}"
-        );
-    }
+    files_after_the_answer(
+        &mut h,
+        reply,
+        &["c|rl:login:192.0.2.40:", "c|tt:", "c|ttu:"],
+    );
 
     let code = totp_code(&secret, now_secs(&h));
     let body = json!({ "tempToken": temp, "code": code, "trustDevice": true });
     let reply = h.respond(post("/2fa/verify", body).peer("192.0.2.40"));
     assert_eq!(reply.response.status, 200);
-    let before = h.store.take();
-    assert_eq!(index(&before), Vec::<String>::new(), "{before:#?}");
-    h.complete(reply.effects);
-    let after = h.store.take();
-    let entries = filed(&h, &after);
-    for prefix in ["c|rl:verify:192.0.2.40:", "r|sess:", "r|dev:"] {
-        assert!(
-            entries.iter().any(|e| e.starts_with(prefix)),
-            "{prefix}: {entries:?}"
-        );
-    }
+    files_after_the_answer(
+        &mut h,
+        reply,
+        &["c|rl:verify:192.0.2.40:", "r|sess:", "r|dev:"],
+    );
 }
 
 /// An exhausted temp token is refused without a read of its attempt
