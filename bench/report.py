@@ -540,7 +540,8 @@ def main():
     if memory:
         w("Host memory (resident set of `tfa-host`) with 100 concurrent keep-alive connections for")
         w(f"{meta['secs']} s (wrk `-t2 -c100`); the host runs at most 64 instances at once")
-        w("(`MAX_INSTANCES`, one pooling-allocator slot each), the rest wait. Peak is `VmHWM`, reset")
+        w("(`MAX_INSTANCES`, one pooling-allocator slot each), the rest wait, and at most")
+        w("`MAX_HEAVY_INSTANCES` of them (two per core) past 4 MiB of memory. Peak is `VmHWM`, reset")
         w("just before each load.\n")
         w("| load | RSS before | peak | right after | 10 s after | peak − before |\n|---|---:|---:|---:|---:|---:|")
         for name, label in (("me", "GET /auth/me"), ("login", "POST /auth/login (Argon2: 19 MiB each)")):
@@ -760,32 +761,41 @@ def main():
           "because the host marks its memory pool with `madvise(MADV_HUGEPAGE)`; with 4 KiB pages it "
           "was about 5,400 faults per login, 19 % of the host's CPU under concurrent logins "
           "(docs/decisions.md, \"Huge pages for linear memories\").")
-    w("- **Where a login's time goes (target 4).** Profiled by hand on 2026-11-25 (`perf record -g` "
-      "of `tfa-host` for 20 s of `POST /auth/login` at concurrency 32, store on tmpfs, default "
-      "Argon2; both cores 99 % busy; 45–47 logins/s against a floor of 69/s from one wasm verify of "
-      "28.8 ms measured the same hour):\n")
+    w("- **Where a login's time goes (target 4).** Profiled by hand on 2026-11-26, with the gate of "
+      "memory-heavy instances (below) at its default of 4 (`perf record -g` of `tfa-host` for 7 s of "
+      "`POST /auth/login` at concurrency 32, store on tmpfs, default Argon2, a component built with "
+      "symbols; both cores busy; 48.5 logins/s under the profiler, so 40.2 ms of host CPU per "
+      "login):\n")
     w("  | where | share of the host's CPU | per login |\n  |---|---:|---:|")
     for where, share, ms in (
-            ("Argon2 in wasm (blake2b rounds and block fill)", "72.8 %", "30.7 ms"),
-            ("kernel: zeroing the fresh pages of a new instance's memory (`clear_page_erms`)", "11.7 %", "4.9 ms"),
-            ("kernel: faults, page allocation and release, scheduling", "4.9 %", "2.1 ms"),
-            ("libc `memset`/`memmove` for wasm `memory.fill`/`memory.copy` (Argon2's own)", "5.1 %", "2.1 ms"),
-            ("the host itself (HTTP, store, instantiation) and the rest of the component", "5.5 %", "2.3 ms")):
+            ("Argon2 in wasm (`Argon2::compress` and the block fill)", "78.3 %", "31.5 ms"),
+            ("kernel: zeroing the fresh huge pages of a new instance's memory (`clear_page_erms`)", "5.3 %", "2.1 ms"),
+            ("kernel: faults, page allocation and release, scheduling, network", "6.6 %", "2.6 ms"),
+            ("libc `memset` for Argon2's zero-filled block vector (`memory.fill`)", "3.2 %", "1.3 ms"),
+            ("libc `memmove` for Argon2's block copies (`memory.copy`)", "2.0 %", "0.8 ms"),
+            ("the host itself (HTTP, store, instantiation) and the rest of the component", "4.9 %", "2.0 ms")):
         w(f"  | {where} | {share} | {ms} |")
-    w("\n  Argon2 runs about 6 % slower in the host than in the floor's bare engine: the epoch checks "
-      "that enforce the request deadline (compiled into every loop head; measured 4–6 % on the same "
-      "verify with `epoch_interruption` on). Two verifies on the two cores at once take what one "
-      "takes alone (28.5–30.4 ms), so memory bandwidth is not the limit. What keeps logins "
-      "well below the floor is the sandbox's model, one fresh instance per request: every "
-      "login's 19 MiB start as zeroed pages (the kernel's 4.9 ms above; keeping them resident "
-      "instead would swap that for wasmtime's own `memset` of the same bytes and keep about 1.2 GiB "
-      "resident, breaking target 5), and the deadline costs its checks. Yielding to tokio every "
-      "tenth tick instead of every tick changed nothing measurable (42.9–49.3 logins/s either way). "
-      "Reaching 85 % would take hashing outside the per-request sandbox (a host-provided Argon2, "
-      "which Spin does not offer) or reusing instances, which Spin does not do.")
+    w("\n  The zero-fill and the block copies are Argon2's own and are in the floor's verify too. "
+      "What a login costs beyond the floor is the fresh instance (the kernel zeroing its 19 MiB "
+      "as it faults them in, and the faults), the epoch checks that enforce the request deadline "
+      "(compiled into every loop head; measured 4–6 % on the same verify with "
+      "`epoch_interruption` on), and the host's own work. **The gate of memory-heavy instances** "
+      "(`MAX_HEAVY_INSTANCES`, default two per core; docs/decisions.md): until 2026-11-26 every "
+      "login ran at once, 32 hashes filling 19 MiB each, more than this machine's last-level "
+      "cache, and a login took 45–47 ms of host CPU at concurrency 32 against 36 ms at "
+      "concurrency 2. Now at most two per core hash at a time (the others wait at the memory "
+      "growth, light requests never do): 52.7–55.7 logins/s instead of 42.2–44.7 in alternating "
+      "runs, 35–37 ms each. Keeping the 19 MiB resident between requests instead of letting "
+      "the kernel zero fresh pages would swap the kernel's zeroing for wasmtime's own `memset` of "
+      "the same bytes and keep 19 MiB resident in every slot that ever hashed (target 5). The "
+      "rest of the way to 85 % would take hashing outside the per-request sandbox (a "
+      "host-provided Argon2, which Spin does not offer) or reusing instances, which Spin does not "
+      "do.")
     if m:
         w(f"- Under 100 concurrent logins the host's resident set grows by "
-          f"{(m['peak_kib'] - m['idle_kib']) / 1024:,.0f} MiB (about 64 instances × 19 MiB of Argon2 memory) "
+          f"{(m['peak_kib'] - m['idle_kib']) / 1024:,.0f} MiB (the gate lets two logins per core hash "
+          "at once; their 19 MiB each, and the memory of the instances that have hashed and are "
+          "still finishing) "
           f"and is {m.get('after10_kib', m['after_kib']) / 1024:,.0f} MiB 10 s after the load.")
     if e_none and e_filter:
         w("- Envoy's p50 at concurrency 1 includes wrk's own cost on the same cores; the filter's "

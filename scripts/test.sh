@@ -78,6 +78,7 @@ python3 scripts/check-layers.py --self-test
 
 step "cargo clippy (wasm targets)"
 cargo clippy -p spin-app -p tfa-mailer -p tfa-bench-floor --target wasm32-wasip2 -- -D warnings
+cargo clippy -p tfa-bench-floor --features test-routes --target wasm32-wasip2 -- -D warnings
 cargo clippy -p edge-filter --target wasm32-wasip1 -- -D warnings
 
 step "build the artefacts once: the components (API, mailer), the filter"

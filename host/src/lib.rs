@@ -51,6 +51,8 @@
 //! that long between requests is closed. `MAX_CONNECTIONS` (default 1024):
 //! at that many open connections the host stops accepting (line
 //! `connections open: not accepting more`) until one closes.
+//! `MAX_HEAVY_INSTANCES` (default two per core): instances past 4 MiB of
+//! linear memory at once ([`gate`]).
 //!
 //! Logs: `LOG_LEVEL` (`error`, `warn`, `info` — the default —, `debug`)
 //! filters the host's lines; `LOG_FORMAT` (`text`, the default, or `json`)
@@ -64,6 +66,7 @@
 
 pub mod accesslog;
 pub mod conn;
+pub mod gate;
 pub mod hugepages;
 pub mod kv;
 pub mod log;
@@ -192,6 +195,21 @@ impl HostSettings {
                 DEFAULT_MAX_CONNECTIONS as u64,
             )?)
             .context("MAX_CONNECTIONS is too large")?,
+            heavy_instances: match num("MAX_HEAVY_INSTANCES")? {
+                Some(0) => anyhow::bail!("MAX_HEAVY_INSTANCES must be at least 1"),
+                Some(v) => usize::try_from(v)
+                    .ok()
+                    .filter(|&v| v <= runtime::MAX_INSTANCES as usize)
+                    .with_context(|| {
+                        format!(
+                            "MAX_HEAVY_INSTANCES must be at most {} (the instance slots)",
+                            runtime::MAX_INSTANCES
+                        )
+                    })?,
+                None => gate::default_heavy_instances(
+                    std::thread::available_parallelism().map_or(1, |n| n.get()),
+                ),
+            },
         };
         Ok(HostSettings {
             limits,
@@ -455,6 +473,9 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
             kv_count: false,
             grants: runtime::Grants::MAILER,
             chain: None,
+            // Its own gate: an API instance holding one of the API's
+            // permits never waits for a permit the mailer needs.
+            gate: gate::Gate::new(settings.limits.heavy_instances),
         });
         let pre = runtime::pre_instantiate(&linker, &mailer)?;
         Some(Arc::new(runtime::Chained::new(
@@ -480,6 +501,7 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
         kv_count: settings.kv_count,
         grants: runtime::Grants::API,
         chain,
+        gate: gate::Gate::new(settings.limits.heavy_instances),
     });
     if settings.clock_offset_ms > 0 {
         eprintln!(
@@ -489,11 +511,12 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     }
     eprintln!(
         "tfa-host: limits: REQUEST_TIMEOUT_MS={} HEADER_READ_TIMEOUT_MS={} IDLE_TIMEOUT_MS={} \
-         MAX_CONNECTIONS={}",
+         MAX_CONNECTIONS={} MAX_HEAVY_INSTANCES={}",
         settings.limits.request_timeout.as_millis(),
         settings.limits.header_read_timeout.as_millis(),
         settings.limits.idle_timeout.as_millis(),
         settings.limits.max_connections,
+        settings.limits.heavy_instances,
     );
     if let Some(addr) = settings.metrics_addr {
         let m = metrics::enable()?;

@@ -10,6 +10,8 @@
 //! | `tfa_store_errors_total` | `op` | failed key-value operations |
 //! | `tfa_instances_in_use` | | instance slots running a request (at most 64) |
 //! | `tfa_instances_waiting` | | requests waiting for a slot |
+//! | `tfa_instances_heavy` | | instances holding more than 4 MiB of linear memory (hashing a password), at most `MAX_HEAVY_INSTANCES` per component (`crate::gate`) |
+//! | `tfa_instances_heavy_waiting` | | instances waiting to grow past 4 MiB |
 //! | `tfa_outbound_requests_total` | `kind`, `outcome` | `kind="http"` (SMS gateway, webhooks): `ok` (any status), `error`, `denied`; `kind="smtp"` (connections): `allowed`, `denied` |
 //! | `tfa_request_deadline_exceeded_total` | | instances stopped at `REQUEST_TIMEOUT_MS` |
 //! | `tfa_connections_open` | | open client connections |
@@ -42,6 +44,10 @@ pub struct Metrics {
     pub instances_in_use: IntGauge,
     /// Requests waiting for a slot.
     pub instances_waiting: IntGauge,
+    /// Instances past the gate's memory threshold.
+    pub instances_heavy: IntGauge,
+    /// Instances waiting at the gate.
+    pub instances_heavy_waiting: IntGauge,
     /// Outbound calls by kind and outcome.
     pub outbound: IntCounterVec,
     /// Instances stopped at the deadline.
@@ -109,6 +115,14 @@ impl Metrics {
         let instances_in_use = IntGauge::new("tfa_instances_in_use", "Instance slots in use.")?;
         let instances_waiting =
             IntGauge::new("tfa_instances_waiting", "Requests waiting for a slot.")?;
+        let instances_heavy = IntGauge::new(
+            "tfa_instances_heavy",
+            "Instances holding more than 4 MiB of linear memory.",
+        )?;
+        let instances_heavy_waiting = IntGauge::new(
+            "tfa_instances_heavy_waiting",
+            "Instances waiting to grow past 4 MiB of linear memory.",
+        )?;
         let outbound = IntCounterVec::new(
             Opts::new(
                 "tfa_outbound_requests_total",
@@ -131,6 +145,8 @@ impl Metrics {
         registry.register(Box::new(store_errors.clone()))?;
         registry.register(Box::new(instances_in_use.clone()))?;
         registry.register(Box::new(instances_waiting.clone()))?;
+        registry.register(Box::new(instances_heavy.clone()))?;
+        registry.register(Box::new(instances_heavy_waiting.clone()))?;
         registry.register(Box::new(outbound.clone()))?;
         registry.register(Box::new(deadline_exceeded.clone()))?;
         registry.register(Box::new(connections_open.clone()))?;
@@ -163,6 +179,8 @@ impl Metrics {
             store_errors,
             instances_in_use,
             instances_waiting,
+            instances_heavy,
+            instances_heavy_waiting,
             outbound,
             deadline_exceeded,
             connections_open,

@@ -107,6 +107,9 @@ pub struct Shared {
     /// The component it reaches by local service chaining (the API: the
     /// mailer, when one is loaded).
     pub chain: Option<Arc<Chained>>,
+    /// Admission of this component's memory-heavy instances
+    /// (`MAX_HEAVY_INSTANCES`, [`crate::gate`]).
+    pub gate: crate::gate::Gate,
 }
 
 /// The system wall clock moved ahead by a fixed offset.
@@ -169,6 +172,8 @@ pub struct HostState {
     shared: Arc<Shared>,
     /// Key-value operations of this request, by kind.
     pub kv_ops: Arc<KvOps>,
+    /// Holds the request's gate permit once its memory grows heavy.
+    pub limiter: crate::gate::Limiter,
 }
 
 /// Kinds of key-value operations, for [`KvOps`].
@@ -344,17 +349,20 @@ impl HostState {
                 Box::pin(async move { ok })
             })
             .build();
+        let limiter = shared.gate.limiter();
         HostState {
             wasi,
             http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
             hooks: OutboundHooks {
+                release: limiter.release(),
                 allow: shared.allow.clone(),
                 guard: shared.guard.clone(),
                 chain: shared.chain.clone(),
             },
             shared: shared.clone(),
             kv_ops: Arc::default(),
+            limiter,
         }
     }
 }
@@ -381,6 +389,8 @@ impl WasiHttpView for HostState {
 /// Outgoing HTTP: allowed hosts only, with default timeouts; requests to
 /// `*.spin.internal` go to the chained component.
 pub struct OutboundHooks {
+    /// An outbound call gives the instance's gate permit back.
+    release: crate::gate::Release,
     allow: Arc<AllowList>,
     guard: Arc<crate::netguard::NetGuard>,
     chain: Option<Arc<Chained>>,
@@ -405,6 +415,7 @@ impl WasiHttpHooks for OutboundHooks {
         options: Option<RequestOptions>,
         fut: Box<dyn std::future::Future<Output = Result<(), HttpError>> + Send>,
     ) -> SendFuture {
+        self.release.release();
         let uri = request.uri().clone();
         if !self.allow.allows(&uri) {
             let shown = format!(
@@ -1132,6 +1143,7 @@ pub async fn run_handler(
 /// floor component; `docs/decisions.md`, "Guest deadline").
 pub fn new_store(engine: &Engine, shared: &Arc<Shared>) -> Store<HostState> {
     let mut store = Store::new(engine, HostState::new(shared));
+    store.limiter_async(|s| &mut s.limiter);
     store.set_epoch_deadline(1);
     store.epoch_deadline_async_yield_and_update(1);
     store
@@ -1177,6 +1189,7 @@ mod tests {
             kv_count: false,
             grants: Grants::API,
             chain: None,
+            gate: crate::gate::Gate::new(1),
         });
         (HostState::new(&shared), dir)
     }

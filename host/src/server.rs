@@ -50,6 +50,9 @@ pub struct Limits {
     pub idle_timeout: Duration,
     /// Open connections at most (`MAX_CONNECTIONS`).
     pub max_connections: usize,
+    /// Instances of one component past the memory threshold at once
+    /// (`MAX_HEAVY_INSTANCES`, [`crate::gate`]).
+    pub heavy_instances: usize,
 }
 
 impl Default for Limits {
@@ -59,6 +62,9 @@ impl Default for Limits {
             header_read_timeout: Duration::from_millis(crate::DEFAULT_HEADER_READ_TIMEOUT_MS),
             idle_timeout: Duration::from_millis(crate::DEFAULT_IDLE_TIMEOUT_MS),
             max_connections: crate::DEFAULT_MAX_CONNECTIONS,
+            heavy_instances: crate::gate::default_heavy_instances(
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ),
         }
     }
 }
@@ -251,7 +257,11 @@ impl Server {
         // call: once this task wakes up to receive it, the after-response
         // work may have run already.
         let at_answer = kv_ops.clone();
+        // Handing the response over gives the instance's gate permit back
+        // (`crate::gate`): its after-response work never holds one.
+        let release = store.data().limiter.release();
         let answer = move |response| {
+            release.release();
             if let Some((ops, label)) = &at_answer {
                 crate::accesslog::line(&format!(
                     "kv-ops {label} before-response {}",

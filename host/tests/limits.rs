@@ -1,7 +1,9 @@
 //! The local host's limits against a real guest: the request deadline
-//! (`REQUEST_TIMEOUT_MS`) stops a guest that never returns; the
-//! connection limits (`HEADER_READ_TIMEOUT_MS`, `IDLE_TIMEOUT_MS`,
-//! `MAX_CONNECTIONS`) hold against half-open and idle connections.
+//! (`REQUEST_TIMEOUT_MS`) stops a guest that never returns; the gate of
+//! memory-heavy instances (`MAX_HEAVY_INSTANCES`) lets them grow one
+//! batch at a time and never holds up light requests; the connection
+//! limits (`HEADER_READ_TIMEOUT_MS`, `IDLE_TIMEOUT_MS`, `MAX_CONNECTIONS`)
+//! hold against half-open and idle connections.
 
 #![allow(clippy::disallowed_methods)] // the tests time the host with the clock
 
@@ -218,4 +220,83 @@ fn idle_keep_alive_connections_are_closed() {
         c >= Duration::from_millis(350) && c < Duration::from_millis(2000),
         "closed after {c:?}"
     );
+}
+
+#[test]
+fn memory_heavy_instances_wait_at_the_gate_until_an_answer() {
+    let wasm = hang_component();
+    let mport = support::free_port();
+    let maddr = format!("127.0.0.1:{mport}");
+    let host = Host::start(
+        "gate",
+        &wasm,
+        &[
+            ("MAX_HEAVY_INSTANCES", "1"),
+            ("REQUEST_TIMEOUT_MS", "5000"),
+            ("METRICS_ADDR", maddr.as_str()),
+        ],
+    );
+    let port = host.port;
+    host.wait_line(true, "MAX_HEAVY_INSTANCES=1", Duration::from_secs(5))
+        .expect("the limits line names MAX_HEAVY_INSTANCES");
+    let timed = move |path: &'static str| {
+        std::thread::spawn(move || {
+            let (status, head, body) = support::request(port, "GET", path, "");
+            (status, head, body, Instant::now())
+        })
+    };
+
+    // A fills 24 MiB and computes for 1.5 s before answering; B, sent while
+    // A computes, fills 24 MiB and answers at once: it can only grow once
+    // A's permit is back, so it answers after A.
+    let a = timed("/api/heavy?ms=1500");
+    std::thread::sleep(Duration::from_millis(300));
+    let b = timed("/api/heavy?ms=0");
+    std::thread::sleep(Duration::from_millis(200));
+    // Light requests do not wait at the gate.
+    let (status, head, _) = host.request("GET", "/api/health", "");
+    assert_eq!(status, 200, "{head}");
+    let (status, _, metrics) = support::request(mport, "GET", "/metrics", "");
+    assert_eq!(status, 200);
+    assert!(
+        !a.is_finished() && !b.is_finished(),
+        "a heavy request ended before the light one was served"
+    );
+    let gauge = |name| support::metric_value(&metrics, name, &[]);
+    assert_eq!(
+        (
+            gauge("tfa_instances_heavy"),
+            gauge("tfa_instances_heavy_waiting")
+        ),
+        (1.0, 1.0),
+        "{metrics}"
+    );
+    let (a_status, a_head, a_body, a_done) = a.join().unwrap();
+    let (b_status, b_head, b_body, b_done) = b.join().unwrap();
+    assert_eq!((a_status, a_body.as_str()), (200, "heavy"), "{a_head}");
+    assert_eq!((b_status, b_body.as_str()), (200, "heavy"), "{b_head}");
+    assert!(
+        b_done > a_done,
+        "the second heavy instance grew while the only permit was held"
+    );
+
+    // C answers, then keeps running until the deadline stops it; D, sent
+    // after C's answer, is not held up by C's after-answer work: the
+    // permit went back with C's answer.
+    let c = timed("/api/heavy-linger");
+    let (c_status, c_head, c_body, _) = c.join().unwrap();
+    assert_eq!((c_status, c_body.as_str()), (200, "lingering"), "{c_head}");
+    let (d_status, d_head, d_body) = host.request("GET", "/api/heavy?ms=0", "");
+    assert_eq!((d_status, d_body.as_str()), (200, "heavy"), "{d_head}");
+    assert_eq!(
+        host.count_lines(true, "request deadline exceeded"),
+        0,
+        "D waited for C's end"
+    );
+    host.wait_line(
+        true,
+        "request deadline exceeded (REQUEST_TIMEOUT_MS=5000): GET /api/heavy-linger stopped",
+        Duration::from_secs(10),
+    )
+    .expect("C was stopped at its deadline");
 }

@@ -10,7 +10,7 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use support::{real_component, Host};
+use support::{metric_value as value, real_component, Host};
 
 fn scrape(port: u16) -> String {
     let (status, head, body) = support::request(port, "GET", "/metrics", "");
@@ -21,16 +21,6 @@ fn scrape(port: u16) -> String {
         "{head}"
     );
     body
-}
-
-/// The value of the sample named `name` with all of `labels`, or 0.
-fn value(text: &str, name: &str, labels: &[&str]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-        .filter(|l| labels.iter().all(|x| l.contains(x)))
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-        .sum()
 }
 
 /// Parses `text` with prometheus_client's parser; the families found.
@@ -185,11 +175,15 @@ fn metrics_under_load() {
     );
     assert_eq!(value(&after, "tfa_instances_in_use", &[]), 0.0);
     assert_eq!(value(&after, "tfa_instances_waiting", &[]), 0.0);
+    assert_eq!(value(&after, "tfa_instances_heavy", &[]), 0.0);
+    assert_eq!(value(&after, "tfa_instances_heavy_waiting", &[]), 0.0);
     for name in [
         "tfa_store_operation_duration_seconds",
         "tfa_store_errors_total",
         "tfa_outbound_requests_total",
         "tfa_connections_open",
+        "tfa_instances_heavy",
+        "tfa_instances_heavy_waiting",
     ] {
         assert!(
             after.contains(&format!("# TYPE {name} ")),

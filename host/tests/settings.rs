@@ -1,5 +1,6 @@
 //! `KV_EMULATE`: its default, its values, a refusal to start on anything
-//! else, and the start-up line that names the effective mode.
+//! else, and the start-up line that names the effective mode; the parsing
+//! of `MAX_HEAVY_INSTANCES`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -41,6 +42,27 @@ fn kv_emulate_parses() {
         e.contains("KV_EMULATE") && e.contains("spin-3") && e.contains("spin-4.0.2"),
         "{e}"
     );
+}
+
+/// `MAX_HEAVY_INSTANCES`: two per core unless set; at least 1 and at most
+/// the instance slots.
+#[test]
+fn max_heavy_instances_parses() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(settings(&[]).unwrap().limits.heavy_instances, 2 * cores);
+    assert_eq!(
+        settings(&[("MAX_HEAVY_INSTANCES", " 3 ")])
+            .unwrap()
+            .limits
+            .heavy_instances,
+        3
+    );
+    for bad in ["0", "65", "-1", "two"] {
+        let e = settings(&[("MAX_HEAVY_INSTANCES", bad)])
+            .err()
+            .unwrap_or_else(|| panic!("MAX_HEAVY_INSTANCES={bad} was taken"));
+        assert!(format!("{e:#}").contains("MAX_HEAVY_INSTANCES"), "{e:#}");
+    }
 }
 
 /// The component's variables are the settings that are set: an unset or

@@ -37,6 +37,8 @@ pub fn shared(
         kv_count: false,
         grants: runtime::Grants::API,
         chain: None,
+        // One request at a time here: the gate never makes it wait.
+        gate: tfa_host::gate::Gate::new(1),
     }))
 }
 

@@ -84,6 +84,7 @@ impl Host {
             "HEADER_READ_TIMEOUT_MS",
             "IDLE_TIMEOUT_MS",
             "MAX_CONNECTIONS",
+            "MAX_HEAVY_INSTANCES",
             "LOG_FORMAT",
             "METRICS_ADDR",
             "KV_CA_FILE",
@@ -295,4 +296,15 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// The value of the sample named `name` with all of `labels` in the
+/// Prometheus text `text`, or 0.
+pub fn metric_value(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter(|l| labels.iter().all(|x| l.contains(x)))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
 }
