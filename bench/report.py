@@ -393,22 +393,25 @@ def main():
         w("")
     if kv_ops:
         w("**Store operations per request** (`KV_COUNT=true`: the host counts each request's")
-        w("key-value calls; the last of several identical requests, so the common case with no")
-        w("queue bucket due). *Before the response* is what had been done when the component handed")
-        w("its response to the host (counted in that call; until 2026-11-26 the host counted")
+        w("key-value calls). Of an endpoint called several times (*requests* column), the last")
+        w("call, so the common case with no queue bucket due; an endpoint called once (a step of")
+        w("`tfa-bench user`) may include a due maintenance sweep. *Before the response* is what")
+        w("had been done when the component handed its response to the host (counted in that")
+        w("call; until 2026-11-26 the host counted")
         w("when it got round to receiving the response, and some rows then included work done")
         w("after it); *in all* adds the work after it (audit records, webhook fan-out, the")
         w("`sched:next` check). A record update under `tfa_core::lock` costs 4 operations besides")
         w("its read and write (increment, two neighbour reads, delete).\n")
-        w("| request | before the response (get/set/delete/increment) | in all | total ops |")
-        w("|---|---|---|---:|")
+        w("| request | requests | before the response (get/set/delete/increment) | in all | total ops |")
+        w("|---|---:|---|---|---:|")
         def fmt(c):
             return f"{c['get']}/{c['set']}/{c['delete']}/{c['increment']}" + (f" +{c['other']} other" if c.get("other") else "")
         for ep in sorted(kv_ops):
             r = kv_ops[ep]
             if "total" not in r:
                 continue
-            w(f"| `{ep}` | {fmt(r['before-response']) if 'before-response' in r else '–'} | {fmt(r['total'])} "
+            w(f"| `{ep}` | {r.get('requests', '–')} "
+              f"| {fmt(r['before-response']) if 'before-response' in r else '–'} | {fmt(r['total'])} "
               f"| {sum(r['total'].values())} |")
         w("")
     w("**2FA login** (`tfa-bench 2fa`: its own keep-alive HTTP/1.1 client, one thread per")

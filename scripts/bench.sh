@@ -317,14 +317,16 @@ done
 sleep 1
 python3 - "$out/api-kv/requests.log" >>"$results" <<'PY'
 import json, re, sys
-last = {}
+last, seen = {}, {}
 for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
     m = re.match(r"kv-ops (\S+ \S+) (before-response|total) (.*)", line.strip())
     if m:
         counts = {k: int(v) for k, v in (p.split("=") for p in m.group(3).split())}
         last.setdefault(m.group(1), {})[m.group(2)] = counts
+        if m.group(2) == "total":
+            seen[m.group(1)] = seen.get(m.group(1), 0) + 1
 for endpoint, r in last.items():
-    print(json.dumps({"bench": "kv_ops", "endpoint": endpoint, **r}))
+    print(json.dumps({"bench": "kv_ops", "endpoint": endpoint, "requests": seen.get(endpoint, 0), **r}))
 PY
 
 step "2FA login (login + /2fa/verify, $TWOFA_USERS users)"
