@@ -27,6 +27,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::metrics::GaugeGuard;
+
 /// Linear memory above which an instance counts as heavy. A request that
 /// does not hash stays near 1 MiB; an Argon2 hash at the defaults needs
 /// 19 MiB (and at least 8 MiB at OWASP's lowest recommended settings).
@@ -83,14 +85,7 @@ enum State {
 /// A permit, counted in the metrics while it is held.
 struct Held {
     _permit: OwnedSemaphorePermit,
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        if let Some(m) = crate::metrics::get() {
-            m.instances_heavy.dec();
-        }
-    }
+    _counted: Option<GaugeGuard>,
 }
 
 /// Gives a store's permit back before the store ends: when the instance
@@ -132,19 +127,17 @@ impl Limiter {
 
     async fn admit(&mut self) {
         let metrics = crate::metrics::get();
-        if let Some(m) = metrics {
-            m.instances_heavy_waiting.inc();
-        }
+        // Counted as waiting until this future ends, also when it is
+        // dropped at the request's deadline.
+        let waiting = metrics.map(|m| GaugeGuard::inc(&m.instances_heavy_waiting));
         let permit = self.permits.clone().acquire_owned().await;
-        if let Some(m) = metrics {
-            m.instances_heavy_waiting.dec();
-        }
+        drop(waiting);
         // The semaphore is never closed: a permit always comes.
         let Ok(permit) = permit else { return };
-        if let Some(m) = metrics {
-            m.instances_heavy.inc();
-        }
-        let held = Held { _permit: permit };
+        let held = Held {
+            _permit: permit,
+            _counted: metrics.map(|m| GaugeGuard::inc(&m.instances_heavy)),
+        };
         if let Some(mut state) = self.lock() {
             if matches!(*state, State::Light) {
                 *state = State::Heavy { _held: held };
@@ -228,6 +221,28 @@ mod tests {
                 .await;
         assert!(grown.expect("a released store waited at the gate").unwrap());
         assert!(!b.is_heavy() && a.is_heavy());
+    }
+
+    #[tokio::test]
+    async fn the_gauges_come_back_down_when_a_wait_is_dropped() {
+        let m = crate::metrics::enable().unwrap();
+        let gate = Gate::new(1);
+        let mut a = gate.limiter();
+        let heavy_before = m.instances_heavy.get();
+        assert!(a.memory_growing(0, 19 << 20, None).await.unwrap());
+        assert_eq!(m.instances_heavy.get(), heavy_before + 1);
+        // B waits, then its future is dropped (as at a request's deadline).
+        let mut b = gate.limiter();
+        let waiting_before = m.instances_heavy_waiting.get();
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(50),
+            b.memory_growing(0, 19 << 20, None),
+        )
+        .await;
+        assert!(dropped.is_err());
+        assert_eq!(m.instances_heavy_waiting.get(), waiting_before);
+        drop(a);
+        assert_eq!(m.instances_heavy.get(), heavy_before);
     }
 
     #[test]

@@ -62,6 +62,24 @@ pub struct Metrics {
 
 static METRICS: OnceLock<Metrics> = OnceLock::new();
 
+/// Holds a gauge one higher until dropped (also when the future holding it
+/// is dropped at a deadline or a client's disconnect).
+pub struct GaugeGuard(IntGauge);
+
+impl GaugeGuard {
+    /// Raises `g` by one until the guard is dropped.
+    pub fn inc(g: &IntGauge) -> GaugeGuard {
+        g.inc();
+        GaugeGuard(g.clone())
+    }
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// The metrics, when `METRICS_ADDR` turned them on.
 pub fn get() -> Option<&'static Metrics> {
     METRICS.get()

@@ -21,6 +21,7 @@ use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::WasiHttpView;
 
 use crate::conn::{Activity, Tracked};
+use crate::metrics::GaugeGuard;
 use crate::runtime::{new_store, run_handler, HostState, Shared, MAX_INSTANCES};
 
 /// The request id header.
@@ -238,13 +239,11 @@ impl Server {
         );
         let kv_label = self.shared.kv_count.then(|| label.clone());
         let metrics = crate::metrics::get();
-        if let Some(m) = metrics {
-            m.instances_waiting.inc();
-        }
+        // A guard, so that a request dropped while it waits (its client
+        // gone) is not counted as waiting forever.
+        let waiting = metrics.map(|m| GaugeGuard::inc(&m.instances_waiting));
         let permit = self.instances.clone().acquire_owned().await;
-        if let Some(m) = metrics {
-            m.instances_waiting.dec();
-        }
+        drop(waiting);
         let Ok(permit) = permit else {
             return error_response(503, "Service unavailable");
         };
@@ -466,22 +465,6 @@ impl Server {
                 DRAIN_TIMEOUT.as_secs()
             );
         }
-    }
-}
-
-/// Holds a gauge one higher until dropped.
-struct GaugeGuard(prometheus::IntGauge);
-
-impl GaugeGuard {
-    fn inc(g: &prometheus::IntGauge) -> GaugeGuard {
-        g.inc();
-        GaugeGuard(g.clone())
-    }
-}
-
-impl Drop for GaugeGuard {
-    fn drop(&mut self) {
-        self.0.dec();
     }
 }
 
