@@ -34,10 +34,15 @@ use crate::metrics::GaugeGuard;
 /// 19 MiB (and at least 8 MiB at OWASP's lowest recommended settings).
 pub const HEAVY_MEMORY: usize = 4 << 20;
 
-/// Default of `MAX_HEAVY_INSTANCES` on a machine with `cores` cores: two per
-/// core, so that a hash waiting for the store after it has hashed does not
-/// leave a core idle.
-pub fn default_heavy_instances(cores: usize) -> usize {
+/// Default of `MAX_HEAVY_INSTANCES`: [`heavy_instances_for`] this
+/// machine's cores.
+pub fn default_heavy_instances() -> usize {
+    heavy_instances_for(std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Two per core, so that a hash waiting for the store after it has hashed
+/// does not leave a core idle.
+fn heavy_instances_for(cores: usize) -> usize {
     cores.max(1) * 2
 }
 
@@ -247,8 +252,8 @@ mod tests {
 
     #[test]
     fn two_heavy_instances_per_core() {
-        assert_eq!(default_heavy_instances(0), 2);
-        assert_eq!(default_heavy_instances(2), 4);
-        assert_eq!(default_heavy_instances(8), 16);
+        assert_eq!(heavy_instances_for(0), 2);
+        assert_eq!(heavy_instances_for(2), 4);
+        assert_eq!(heavy_instances_for(8), 16);
     }
 }

@@ -206,9 +206,7 @@ impl HostSettings {
                             runtime::MAX_INSTANCES
                         )
                     })?,
-                None => gate::default_heavy_instances(
-                    std::thread::available_parallelism().map_or(1, |n| n.get()),
-                ),
+                None => gate::default_heavy_instances(),
             },
         };
         Ok(HostSettings {

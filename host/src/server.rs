@@ -63,9 +63,7 @@ impl Default for Limits {
             header_read_timeout: Duration::from_millis(crate::DEFAULT_HEADER_READ_TIMEOUT_MS),
             idle_timeout: Duration::from_millis(crate::DEFAULT_IDLE_TIMEOUT_MS),
             max_connections: crate::DEFAULT_MAX_CONNECTIONS,
-            heavy_instances: crate::gate::default_heavy_instances(
-                std::thread::available_parallelism().map_or(1, |n| n.get()),
-            ),
+            heavy_instances: crate::gate::default_heavy_instances(),
         }
     }
 }

@@ -225,16 +225,10 @@ fn idle_keep_alive_connections_are_closed() {
 #[test]
 fn memory_heavy_instances_wait_at_the_gate_until_an_answer() {
     let wasm = hang_component();
-    let mport = support::free_port();
-    let maddr = format!("127.0.0.1:{mport}");
-    let host = Host::start(
+    let (host, mport) = Host::start_with_metrics(
         "gate",
         &wasm,
-        &[
-            ("MAX_HEAVY_INSTANCES", "1"),
-            ("REQUEST_TIMEOUT_MS", "5000"),
-            ("METRICS_ADDR", maddr.as_str()),
-        ],
+        &[("MAX_HEAVY_INSTANCES", "1"), ("REQUEST_TIMEOUT_MS", "5000")],
     );
     let port = host.port;
     host.wait_line(true, "MAX_HEAVY_INSTANCES=1", Duration::from_secs(5))

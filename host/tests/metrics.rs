@@ -68,23 +68,8 @@ fn python_parse(text: &str) -> Vec<String> {
 #[test]
 fn metrics_under_load() {
     let wasm = real_component();
-    let mport = support::free_port();
-    let maddr = format!("127.0.0.1:{mport}");
-    let host = Host::start(
-        "metrics",
-        &wasm,
-        &[
-            ("METRICS_ADDR", maddr.as_str()),
-            ("RATE_LIMIT_ENABLED", "false"),
-        ],
-    );
-    assert!(host
-        .wait_line(
-            true,
-            &format!("metrics on http://{maddr}/metrics"),
-            Duration::from_secs(1)
-        )
-        .is_some());
+    let (host, mport) =
+        Host::start_with_metrics("metrics", &wasm, &[("RATE_LIMIT_ENABLED", "false")]);
     let port = host.port;
 
     let before = scrape(mport);
@@ -212,15 +197,12 @@ fn metrics_under_load() {
 #[test]
 fn pending_webhook_deliveries() {
     let wasm = real_component();
-    let mport = support::free_port();
-    let maddr = format!("127.0.0.1:{mport}");
     let closed = support::free_port();
     let allowed = format!("http://127.0.0.1:{closed}");
-    let host = Host::start(
+    let (host, mport) = Host::start_with_metrics(
         "metrics-webhooks",
         &wasm,
         &[
-            ("METRICS_ADDR", maddr.as_str()),
             ("RATE_LIMIT_ENABLED", "false"),
             ("WEBHOOK_ALLOW_PRIVATE", "true"),
             ("ALLOWED_OUTBOUND_HOSTS", allowed.as_str()),

@@ -110,6 +110,24 @@ impl Host {
         }
     }
 
+    /// Starts `tfa-host` as [`Host::start`] does, with metrics on a free
+    /// loopback port (`METRICS_ADDR`); waits for its `metrics on` line.
+    /// The host and the metrics port.
+    pub fn start_with_metrics(name: &str, wasm: &Path, pairs: &[(&str, &str)]) -> (Host, u16) {
+        let mport = free_port();
+        let maddr = format!("127.0.0.1:{mport}");
+        let mut all = vec![("METRICS_ADDR", maddr.as_str())];
+        all.extend_from_slice(pairs);
+        let host = Host::start(name, wasm, &all);
+        host.wait_line(
+            true,
+            &format!("metrics on http://{maddr}/metrics"),
+            Duration::from_secs(1),
+        )
+        .expect("the host says where its metrics are");
+        (host, mport)
+    }
+
     /// One request on a new connection; (status, head, body).
     pub fn request(&self, method: &str, path: &str, extra_headers: &str) -> (u16, String, String) {
         request(self.port, method, path, extra_headers)
