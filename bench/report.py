@@ -195,7 +195,10 @@ def main():
 
     kv_ops = {r["endpoint"]: r for r in by["kv_ops"]}
     startup = {r["component"]: r for r in by["startup"]}
-    handle = by.get("handle", [])
+    handle_all = by.get("handle", [])
+    # Rows of one request per fresh instance (what the server does); rows with
+    # `reuse` > 1 are the instance-reuse measurement (section 4).
+    handle = [h for h in handle_all if h.get("reuse", 1) == 1 and h.get("method", "GET") == "GET"]
     sizes = {r["name"]: r for r in by["size"]}
     memory = {r["endpoint"]: r for r in by["memory"]}
 
@@ -540,6 +543,32 @@ def main():
             w(f"| {h['component']} | `GET {h['path']}`{who} | {h['status']} | {us(h['us_p50'])} "
               f"| {us(h['us_p50_best_batch'])} | {us(h['us_p90'])} | {h['requests']:,} |")
         w("")
+    reuse_pairs = []
+    for r in (h for h in handle_all if h.get("reuse", 1) > 1):
+        key = (r["component"], r.get("method", "GET"), r["path"], r.get("signed_in"))
+        fresh = next((h for h in handle_all if h.get("reuse", 1) == 1
+                      and (h["component"], h.get("method", "GET"), h["path"], h.get("signed_in")) == key), None)
+        if fresh:
+            reuse_pairs.append((fresh, r))
+    if reuse_pairs:
+        w("**Instance reuse** (a design this host does not serve; docs/decisions.md, \"Instance reuse\"):")
+        w("the same requests, each component instance answering *reuse* requests in turn instead of")
+        w("one. Spin 3.6 and 4.x do this for WASIp3 components (`max_instance_reuse_count`, 128 by")
+        w("default; up to 16 at once) and never for WASIp2 ones such as `spin_app.wasm` (spin-sdk")
+        w("5.2.0, `wasm32-wasip2`). Batches of the two ways alternate in one process, so drift in the")
+        w("machine's speed falls on both alike; each time includes making and dropping the instance")
+        w("when it falls to that request. *Login*: `POST /api/auth/login` of a user without a second")
+        w("factor (one Argon2id verify), batches of 5; a reused instance hashes in memory it has")
+        w("already touched, as the Argon2 floor does.\n")
+        w("| component | request | fresh instance p50 | reused p50 | reuse | saved per request | fresh mean | reused mean |")
+        w("|---|---|---:|---:|---:|---:|---:|---:|")
+        for fresh, r in reuse_pairs:
+            who = " (signed in)" if r.get("signed_in") and r.get("method", "GET") == "GET" else ""
+            saved = fresh["us_p50"] - r["us_p50"]
+            w(f"| {r['component']} | `{r.get('method', 'GET')} {r['path']}`{who} | {us(fresh['us_p50'])} "
+              f"| {us(r['us_p50'])} | {r['reuse']} | {us(saved)} ({saved / fresh['us_p50']:.0%}) "
+              f"| {us(fresh['us_mean'])} | {us(r['us_mean'])} |")
+        w("")
     if memory:
         w("Host memory (resident set of `tfa-host`) with 100 concurrent keep-alive connections for")
         w(f"{meta['secs']} s (wrk `-t2 -c100`); the host runs at most 64 instances at once")
@@ -574,8 +603,9 @@ def main():
           "`PAGEMAP_SCAN`) removed them and doubled the floor's throughput, and moving the request "
           "log off the request path added a third. What remains is flat (no function above 2 %). "
           "Reaching half of hyper would take reusing an instance for many requests, which Spin "
-          "does not do and which would let one request's memory be seen by the next; this host "
-          "keeps Spin's model of one fresh instance per request.")
+          "3.6 and 4.x do for WASIp3 components only (see *Instance reuse* below) and which lets one "
+          "request's memory be seen by the next; this host keeps Spin's model for WASIp2 "
+          "components, one fresh instance per request.")
     me32, he32 = wstat("api", "GET /auth/me", 32), wstat("api", "GET /health", 32)
     hs = next((h for h in handle if h["component"] == "component" and h["path"] == "/api/health"), None)
     hf = next((h for h in handle if h["component"] == "floor"), None)
@@ -792,8 +822,55 @@ def main():
       "the kernel zero fresh pages would swap the kernel's zeroing for wasmtime's own `memset` of "
       "the same bytes and keep 19 MiB resident in every slot that ever hashed (target 5). The "
       "rest of the way to 85 % would take hashing outside the per-request sandbox (a "
-      "host-provided Argon2, which Spin does not offer) or reusing instances, which Spin does not "
-      "do.")
+      "host-provided Argon2, which Spin does not offer) or reusing instances, which Spin 3.6 "
+      "and 4.x do for WASIp3 components only (see *Instance reuse* below).")
+    pair = {(f["component"], f.get("method", "GET"), f["path"]): (f, r) for f, r in reuse_pairs}
+    if pair:
+        def saved(component, method, path):
+            p_ = pair.get((component, method, path))
+            return (p_[0]["us_p50"] - p_[1]["us_p50"]) if p_ else float("nan")
+
+        def projected(stat, saving):
+            # The same wrk load with `saving` less CPU per request: requests/s
+            # scale with the CPU (host and wrk, all cores) per request.
+            if not stat or saving != saving:
+                return float("nan")
+            per = cores * 1e6 / stat["rps"]
+            return cores * 1e6 / (per - saving) if per > saving else float("nan")
+
+        he32_, me32_, l32r = (wstat("api", "GET /health", 32), wstat("api", "GET /auth/me", 32),
+                              wstat("api", "POST /auth/login", 32))
+        fl_p = projected(fl32, saved("floor", "GET", "/api/health/live"))
+        he_p = projected(he32_, saved("component", "GET", "/api/health"))
+        me_p = projected(me32_, saved("component", "GET", "/api/auth/me"))
+        lp = pair.get(("component", "POST", "/api/auth/login"))
+        parts = []
+        if hy32 and fl_p == fl_p:
+            parts.append(f"target 1, the floor component {fl_p / hy32['rps']:.0%} of hyper "
+                         f"(measured {fl32['rps'] / hy32['rps']:.0%})")
+        if he_p == he_p and fl_p == fl_p:
+            parts.append(f"target 2, `GET /health` {he_p / fl_p:.0%} of the floor "
+                         f"(measured {he32_['rps'] / fl32['rps']:.0%})")
+        if me_p == me_p and fl_p == fl_p:
+            parts.append(f"`GET /auth/me` {me_p / fl_p:.0%} (measured {me32_['rps'] / fl32['rps']:.0%})")
+        if lp and l32r:
+            lr = l32r["rps"] * lp[0]["us_p50"] / lp[1]["us_p50"]
+            parts.append(f"target 4, logins {lr / floor_logins:.0%} of the Argon2 floor "
+                         f"(measured {l32r['rps'] / floor_logins:.0%})")
+        if parts:
+            w("- **What instance reuse would give (an estimate, not a measurement of a served design).** "
+              "Section 4's *Instance reuse* table measures, in one process, what a request costs when "
+              "its instance is reused instead of fresh. Taking that saving off each row's CPU per "
+              "request at concurrency 32 (host and wrk together, all cores: the rows are CPU-bound) "
+              "and, for logins, scaling by the fresh and reused login times, gives: "
+              + "; ".join(parts) + ". Spin 3.6 and 4.x reuse instances of WASIp3 components only (128 "
+              "requests each, 16 at once, by default; `--max-instance-reuse-count`), so this is "
+              "the gain a WASIp3 build of the component would bring there, at two prices: WASIp3 "
+              "is still a release candidate whose interfaces carry a date, each Spin release "
+              "implementing the one of its wasmtime (Spin 3.6.3: wasmtime 42; 4.0.2: wasmtime 44), "
+              "so such a build is tied to Spin releases where the WASIp2 component runs on all of "
+              "them; and one request's memory is left in the instance for the next ones "
+              "(docs/decisions.md, \"Instance reuse\").")
     if m:
         w(f"- Under 100 concurrent logins the host's resident set grows by "
           f"{(m['peak_kib'] - m['idle_kib']) / 1024:,.0f} MiB (the gate lets two logins per core hash "

@@ -33,10 +33,10 @@ want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 cores=$(nproc)
 if [ "$mode" = quick ]; then
     RUNS=3; SECS=3; CORE_RUNS=5; TWOFA_USERS=$((150 * cores)); TWOFA_SECS=3; START_INSTANCES=500; COMPILE_RUNS=1
-    VERIFY_USERS=$((1500 * cores)); VERIFY_SECS=2
+    VERIFY_USERS=$((1500 * cores)); VERIFY_SECS=2; REUSE=100; LOGIN_REQUESTS=10
 else
     RUNS=5; SECS=10; CORE_RUNS=11; TWOFA_USERS=$((500 * cores)); TWOFA_SECS=8; START_INSTANCES=3000; COMPILE_RUNS=3
-    VERIFY_USERS=$((3000 * cores)); VERIFY_SECS=3
+    VERIFY_USERS=$((3000 * cores)); VERIFY_SECS=3; REUSE=100; LOGIN_REQUESTS=60
 fi
 
 out="$root/target/bench"
@@ -201,11 +201,23 @@ record "$(run "$bench_bin" startup "$mailer" --label mailer --compile-runs "$COM
 # One whole request inside the host, one at a time, no socket: what the
 # component and its host calls cost per request, free of the load
 # generator (tfa-bench handle).
+# Each also with one instance answering $REUSE requests in turn (batches
+# of both alternate): a design this host does not serve, which Spin 3.6 and
+# 4.x use for WASIp3 components only (docs/decisions.md, "Instance reuse").
+# TMPDIR: the store of these measurements is on tmpfs, like the API's.
+handle_run() { # <tfa-bench handle args…>: one JSON line per reuse mode
+    local line
+    TMPDIR=/dev/shm run "$bench_bin" handle "$@" --cache-dir "$out/cache" >"$out/handle.jsonl"
+    while IFS= read -r line; do record "$line"; done <"$out/handle.jsonl"
+}
 for path in /api/health/live /api/health /api/nope; do
-    record "$(run "$bench_bin" handle "$component" --label component --path "$path" --requests "$START_INSTANCES" --cache-dir "$out/cache")"
+    handle_run "$component" --label component --path "$path" --requests "$START_INSTANCES" --reuse "1,$REUSE"
 done
-record "$(run "$bench_bin" handle "$component" --label component --path /api/auth/me --signed-in --requests "$START_INSTANCES" --cache-dir "$out/cache")"
-record "$(run "$bench_bin" handle "$floor" --label floor --path /api/health/live --requests "$START_INSTANCES" --cache-dir "$out/cache")"
+handle_run "$component" --label component --path /api/auth/me --signed-in --requests "$START_INSTANCES" --reuse "1,$REUSE"
+handle_run "$floor" --label floor --path /api/health/live --requests "$START_INSTANCES" --reuse "1,$REUSE"
+# Logins (an Argon2 verify each): a fresh instance's cold 19 MiB against a
+# reused instance's warm ones.
+handle_run "$component" --label component --login --requests "$LOGIN_REQUESTS" --reuse "1,$LOGIN_REQUESTS"
 
 fi
 

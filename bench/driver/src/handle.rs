@@ -5,6 +5,12 @@
 //! request at a time on one thread, so the figure is the CPU time a request
 //! costs the host minus HTTP parsing and the socket: what the component and
 //! its host calls cost, free of the load generator's noise.
+//!
+//! `reuse` > 1 measures a design this host does not serve: one instance
+//! answering that many requests in turn, as Spin 3.6 and 4.x do for WASIp3
+//! components (`max_instance_reuse_count`, 128 by default) and never for
+//! WASIp2 ones like ours. It shows what instantiation, teardown and a
+//! fresh instance's cold memory cost per request.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -27,6 +33,13 @@ pub struct Options<'a> {
     /// Register and log in a user first and send its access token.
     pub signed_in: bool,
     pub requests: usize,
+    /// Requests each instance answers in turn (1: a fresh instance for
+    /// every request, as the server and Spin run WASIp2 components). With
+    /// several, their batches alternate and each gets its own figures.
+    pub reuse: Vec<usize>,
+    /// `POST /api/auth/login` as the signed-in user (an Argon2 verify)
+    /// instead of `GET path`.
+    pub login: bool,
 }
 
 /// The signing secrets of the measured instance (fixed: nothing is signed
@@ -67,7 +80,39 @@ impl Host<'_> {
         authorization: Option<&str>,
         body: &str,
     ) -> anyhow::Result<(u16, bytes::Bytes)> {
+        let mut instance = self.instance().await?;
+        let answer = instance.call(method, path, authorization, body).await?;
+        drop(instance);
+        Ok(answer)
+    }
+
+    /// A fresh store with the component instantiated in it.
+    async fn instance(&self) -> anyhow::Result<Instance> {
         let mut store = runtime::new_store(self.engine, self.shared);
+        let proxy = tokio::time::timeout(DEADLINE, self.pre.instantiate_async(&mut store))
+            .await
+            .map_err(|_| anyhow::anyhow!("deadline"))??;
+        Ok(Instance { store, proxy })
+    }
+}
+
+/// An instantiated component in its store.
+struct Instance {
+    store: wasmtime::Store<runtime::HostState>,
+    proxy: wasmtime_wasi_http::p2::bindings::Proxy,
+}
+
+impl Instance {
+    /// One request through this instance's `wasi:http/incoming-handler`;
+    /// the status and the whole body.
+    async fn call(
+        &mut self,
+        method: &str,
+        path: &str,
+        authorization: Option<&str>,
+        body: &str,
+    ) -> anyhow::Result<(u16, bytes::Bytes)> {
+        let store = &mut self.store;
         let mut req = hyper::Request::builder()
             .method(method)
             .uri(format!("http://127.0.0.1{path}"))
@@ -91,9 +136,13 @@ impl Host<'_> {
             .http()
             .new_incoming_request(Scheme::Http, req)?;
         let out = store.data_mut().http().new_response_outparam(tx)?;
-        runtime::run_handler(self.pre, &mut store, req, out, DEADLINE)
+        let handler = self.proxy.wasi_http_incoming_handler();
+        tokio::time::timeout(DEADLINE, handler.call_handle(&mut *store, req, out))
             .await
             .map_err(|_| anyhow::anyhow!("deadline"))??;
+        // As the server does at the response: the gate of memory-heavy
+        // instances lets the next heavy store in.
+        store.data().limiter.release().release();
         let resp = rx.await?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
         let status = resp.status().as_u16();
         let body = resp
@@ -102,10 +151,13 @@ impl Host<'_> {
             .await
             .map_err(|e| anyhow::anyhow!("{e:?}"))?
             .to_bytes();
-        drop(store);
         Ok((status, body))
     }
 }
+
+/// Requests in a batch: the unit of the best-batch figure and of the
+/// alternation between reuse modes.
+const BATCH: usize = 250;
 
 /// How long one request may run.
 const DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -136,7 +188,7 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     };
     // Signed in: a user registered and logged in through the component
     // itself (not timed); its access token goes with every request.
-    let token = if o.signed_in {
+    let token = if o.signed_in || o.login {
         let account = json!({"email": "handle@bench.test", "username": "handlebench",
                              "password": PASSWORD});
         host.request("POST", "/api/auth/register", None, &account.to_string())
@@ -153,34 +205,85 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     } else {
         None
     };
-    let mut status = 0;
-    let mut took_us = Vec::with_capacity(o.requests);
-    // The first 50 warm the pooling allocator's slots and are not counted.
-    for i in 0..o.requests + 50 {
-        let t = now();
-        status = host.request("GET", o.path, token.as_deref(), "").await?.0;
-        if i >= 50 {
-            took_us.push(t.elapsed().as_secs_f64() * 1e6);
+    let login = json!({"emailOrUsername": "handlebench", "password": PASSWORD}).to_string();
+    let (method, path, body, auth) = if o.login {
+        ("POST", "/api/auth/login", login.as_str(), None)
+    } else {
+        ("GET", o.path, "", token.as_deref())
+    };
+    /// One way of running requests: its instance and timings.
+    struct Mode {
+        reuse: usize,
+        served: usize,
+        instance: Option<Instance>,
+        took_us: Vec<f64>,
+        status: u16,
+    }
+    let mut modes: Vec<Mode> = o
+        .reuse
+        .iter()
+        .map(|&r| Mode {
+            reuse: r.max(1),
+            served: 0,
+            instance: None,
+            took_us: Vec::with_capacity(o.requests),
+            status: 0,
+        })
+        .collect();
+    // Batches of the modes alternate, so that drift in the machine's speed
+    // falls on all of them alike. The first requests of each mode (50, or
+    // 5 logins) warm the pooling allocator's slots and are not counted.
+    // Each timing includes, when it falls to that request, making a new
+    // instance and dropping the used one.
+    let (warm, batch) = if o.login { (5, 5) } else { (50, BATCH) };
+    let mut done = 0;
+    while done < o.requests + warm {
+        let n = batch.min(o.requests + warm - done);
+        for m in modes.iter_mut() {
+            for i in done..done + n {
+                let t = now();
+                if m.served % m.reuse == 0 {
+                    drop(m.instance.take());
+                    m.instance = Some(host.instance().await?);
+                }
+                let inst = m.instance.as_mut().context("an instance")?;
+                m.status = inst.call(method, path, auth, body).await?.0;
+                m.served += 1;
+                if m.reuse == 1 {
+                    drop(m.instance.take());
+                }
+                if i >= warm {
+                    m.took_us.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+            }
         }
+        done += n;
+    }
+    for m in &mut modes {
+        drop(m.instance.take());
     }
     let _ = std::fs::remove_dir_all(&dir);
-    // Other work on the machine inflates some stretches: the least
-    // disturbed batch of 250 requests is the steadier figure.
-    let mut batch_p50: Vec<f64> = took_us
-        .chunks(250)
-        .map(|c| percentile(&mut c.to_vec(), 50.0))
-        .collect();
-    batch_p50.sort_by(f64::total_cmp);
-    println!(
-        "{}",
-        json!({
-            "bench": "handle", "component": o.label, "path": o.path, "status": status,
-            "signed_in": o.signed_in,
-            "requests": took_us.len(),
-            "us_p50": percentile(&mut took_us, 50.0),
-            "us_p50_best_batch": batch_p50.first().copied().unwrap_or(f64::NAN),
-            "us_p90": percentile(&mut took_us, 90.0),
-        })
-    );
+    for m in modes {
+        let mut took_us = m.took_us;
+        // Other work on the machine inflates some stretches: the least
+        // disturbed batch of 250 requests is the steadier figure.
+        let mut batch_p50: Vec<f64> = took_us
+            .chunks(BATCH)
+            .map(|c| percentile(&mut c.to_vec(), 50.0))
+            .collect();
+        batch_p50.sort_by(f64::total_cmp);
+        println!(
+            "{}",
+            json!({
+                "bench": "handle", "component": o.label, "method": method, "path": path,
+                "status": m.status, "signed_in": token.is_some(), "reuse": m.reuse,
+                "requests": took_us.len(),
+                "us_p50": percentile(&mut took_us, 50.0),
+                "us_p50_best_batch": batch_p50.first().copied().unwrap_or(f64::NAN),
+                "us_p90": percentile(&mut took_us, 90.0),
+                "us_mean": took_us.iter().sum::<f64>() / took_us.len().max(1) as f64,
+            })
+        );
+    }
     Ok(())
 }

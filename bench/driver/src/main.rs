@@ -138,6 +138,13 @@ fn real_main() -> anyhow::Result<()> {
                 cache_dir: Path::new(args.get("--cache-dir").unwrap_or("target/bench/cache")),
                 signed_in: args.has("--signed-in"),
                 requests: args.num("--requests", 5000)?,
+                reuse: args
+                    .get("--reuse")
+                    .unwrap_or("1")
+                    .split(',')
+                    .map(|r| r.trim().parse::<usize>().context("--reuse: numbers"))
+                    .collect::<anyhow::Result<Vec<_>>>()?,
+                login: args.has("--login"),
             };
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
