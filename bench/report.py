@@ -543,14 +543,12 @@ def main():
             w(f"| {h['component']} | `GET {h['path']}`{who} | {h['status']} | {us(h['us_p50'])} "
               f"| {us(h['us_p50_best_batch'])} | {us(h['us_p90'])} | {h['requests']:,} |")
         w("")
-    reuse_pairs = []
-    for r in (h for h in handle_all if h.get("reuse", 1) > 1):
-        key = (r["component"], r.get("method", "GET"), r["path"], r.get("signed_in"))
-        fresh = next((h for h in handle_all if h.get("reuse", 1) == 1
-                      and (h["component"], h.get("method", "GET"), h["path"], h.get("signed_in")) == key), None)
-        if fresh:
-            reuse_pairs.append((fresh, r))
-    if reuse_pairs:
+    # (component, method, path) -> (fresh row, reused row) of the same requests.
+    reuse_key = lambda h: (h["component"], h.get("method", "GET"), h["path"])
+    fresh_rows = {reuse_key(h): h for h in handle_all if h.get("reuse", 1) == 1}
+    pair = {reuse_key(r): (fresh_rows[reuse_key(r)], r) for r in handle_all
+            if r.get("reuse", 1) > 1 and reuse_key(r) in fresh_rows}
+    if pair:
         w("**Instance reuse** (a design this host does not serve; docs/decisions.md, \"Instance reuse\"):")
         w("the same requests, each component instance answering *reuse* requests in turn instead of")
         w("one. Spin 3.6 and 4.x do this for WASIp3 components (`max_instance_reuse_count`, 128 by")
@@ -562,7 +560,7 @@ def main():
         w("already touched, as the Argon2 floor does.\n")
         w("| component | request | fresh instance p50 | reused p50 | reuse | saved per request | fresh mean | reused mean |")
         w("|---|---|---:|---:|---:|---:|---:|---:|")
-        for fresh, r in reuse_pairs:
+        for fresh, r in pair.values():
             who = " (signed in)" if r.get("signed_in") and r.get("method", "GET") == "GET" else ""
             saved = fresh["us_p50"] - r["us_p50"]
             w(f"| {r['component']} | `{r.get('method', 'GET')} {r['path']}`{who} | {us(fresh['us_p50'])} "
@@ -824,7 +822,6 @@ def main():
       "rest of the way to 85 % would take hashing outside the per-request sandbox (a "
       "host-provided Argon2, which Spin does not offer) or reusing instances, which Spin 3.6 "
       "and 4.x do for WASIp3 components only (see *Instance reuse* below).")
-    pair = {(f["component"], f.get("method", "GET"), f["path"]): (f, r) for f, r in reuse_pairs}
     if pair:
         def saved(component, method, path):
             p_ = pair.get((component, method, path))

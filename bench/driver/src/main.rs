@@ -87,6 +87,15 @@ impl Args {
             None => Ok(default),
         }
     }
+    /// A comma-separated list of numbers (`1,32`), or `default`'s.
+    fn nums(&self, name: &str, default: &str) -> anyhow::Result<Vec<usize>> {
+        self.get(name)
+            .unwrap_or(default)
+            .split(',')
+            .map(|v| v.trim().parse::<usize>())
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| format!("{name}: numbers"))
+    }
     fn port(&self) -> anyhow::Result<u16> {
         self.get("--port")
             .context("--port is required")?
@@ -138,12 +147,7 @@ fn real_main() -> anyhow::Result<()> {
                 cache_dir: Path::new(args.get("--cache-dir").unwrap_or("target/bench/cache")),
                 signed_in: args.has("--signed-in"),
                 requests: args.num("--requests", 5000)?,
-                reuse: args
-                    .get("--reuse")
-                    .unwrap_or("1")
-                    .split(',')
-                    .map(|r| r.trim().parse::<usize>().context("--reuse: numbers"))
-                    .collect::<anyhow::Result<Vec<_>>>()?,
+                reuse: args.nums("--reuse", "1")?,
                 login: args.has("--login"),
             };
             tokio::runtime::Builder::new_current_thread()
@@ -165,12 +169,7 @@ fn real_main() -> anyhow::Result<()> {
         }
         "2fa" => {
             let args = Args(rest);
-            let concurrency = args
-                .get("--conc")
-                .unwrap_or("1,32")
-                .split(',')
-                .map(|c| c.trim().parse::<usize>().context("--conc: numbers"))
-                .collect::<anyhow::Result<Vec<_>>>()?;
+            let concurrency = args.nums("--conc", "1,32")?;
             twofa::run(&twofa::Options {
                 port: args.port()?,
                 users: args.num("--users", 200)?,
@@ -181,12 +180,7 @@ fn real_main() -> anyhow::Result<()> {
         }
         "verify" => {
             let args = Args(rest);
-            let concurrency = args
-                .get("--conc")
-                .unwrap_or("1,32")
-                .split(',')
-                .map(|c| c.trim().parse::<usize>().context("--conc: numbers"))
-                .collect::<anyhow::Result<Vec<_>>>()?;
+            let concurrency = args.nums("--conc", "1,32")?;
             twofa::run_verify(&twofa::Options {
                 port: args.port()?,
                 users: args.num("--users", 1000)?,
