@@ -181,8 +181,13 @@ mod tests {
     use std::time::Duration;
     use wasmtime::ResourceLimiterAsync as _;
 
+    /// The gauges are the process's: the tests that move them run one at
+    /// a time, or one would see the other's heavy instance.
+    static GAUGES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
     #[tokio::test]
     async fn the_second_heavy_store_waits_for_the_first() {
+        let _one_at_a_time = GAUGES.lock().await;
         let gate = Gate::new(1);
         let (mut a, mut b) = (gate.limiter(), gate.limiter());
         // Light growth never waits.
@@ -216,6 +221,7 @@ mod tests {
 
     #[tokio::test]
     async fn released_before_growing_never_waits() {
+        let _one_at_a_time = GAUGES.lock().await;
         let gate = Gate::new(1);
         let mut a = gate.limiter();
         assert!(a.memory_growing(0, 19 << 20, None).await.unwrap());
@@ -230,6 +236,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_gauges_come_back_down_when_a_wait_is_dropped() {
+        let _one_at_a_time = GAUGES.lock().await;
         let m = crate::metrics::enable().unwrap();
         let gate = Gate::new(1);
         let mut a = gate.limiter();
