@@ -229,9 +229,10 @@ export JWT_REFRESH_SECRET="bench-refresh-secret-bench-refresh-secret-bench-02"
 export TEMP_TOKEN_SECRET="bench-temp-secret-bench-temp-secret-bench-temp-03"
 export DEVICE_TOKEN_SECRET="bench-device-secret-bench-device-secret-bench-04"
 export RATE_LIMIT_ENABLED=false
-# The store: SQLite with synchronous=FULL, so every write waits for fsync.
-# The main figures keep it on tmpfs (/dev/shm) so they show the service's
-# own cost; a second host with its data on disk shows what fsync adds here.
+# The store: SQLite; every response that used it waits for an fsync of its
+# write-ahead log (host/src/walsync.rs). The main figures keep it on tmpfs
+# (/dev/shm) so they show the service's own cost; a second host with its data
+# on disk shows what fsync adds here.
 shm="/dev/shm/tfa-bench-$$"
 mkdir -p "$shm"
 start_host() { # name component port data-dir [VAR=value…] -> pid in $host_pid

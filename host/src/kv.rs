@@ -5,13 +5,15 @@
 //! seen by the other, as in Spin.
 //!
 //! * [`SqliteKv`] (default): one file `kv.sqlite3` in `DATA_DIR`, WAL mode,
-//!   `synchronous=FULL` (an acknowledged write survives SIGKILL and power
-//!   loss), a small pool of connections for reads, and one writer thread
-//!   that commits the writes waiting for it together (group commit: one
-//!   transaction and one fsync for every write that arrived while the
-//!   previous commit was syncing; each write in its own savepoint, so one
-//!   failing write does not undo the others; nobody is answered before the
-//!   commit that holds their write is durable).
+//!   a small pool of connections for reads, and one writer thread that
+//!   commits the writes waiting for it together (one transaction for every
+//!   write that arrived while the previous one was committing; each write in
+//!   its own savepoint, so one failing write does not undo the others).
+//!   Commits do not sync (`synchronous=NORMAL`): an acknowledged write
+//!   survives SIGKILL and power loss because the host answers no request
+//!   that touched the store before one sync of the write-ahead log, shared
+//!   by every request waiting for it, has covered it
+//!   ([`KvBackend::durable`], [`crate::walsync`]).
 //! * [`RedisKv`] (`KV_URL=redis://…`): several hosts can share one store.
 //!   Keys are used as they are, like Spin's own Redis store.
 //!
@@ -73,6 +75,8 @@ use std::time::Duration;
 
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+
+use crate::walsync::{Waiter, WalSync};
 
 /// The answer of [`KvBackend::write_async`] (the counter's new value for an
 /// increment, 0 otherwise).
@@ -223,6 +227,14 @@ pub trait KvBackend: Send + Sync {
     fn write_async(&self, op: WriteOp) -> Result<KvFuture<i64>, WriteOp> {
         Err(op)
     }
+    /// The barrier before a response: resolves once everything this process
+    /// has written to the store so far is durable; `None` when it already
+    /// is (or when the backend's writes are durable as they return, as with
+    /// Redis, whose durability is its own configuration). The host awaits
+    /// it before answering any request that used the store.
+    fn durable(&self) -> Option<KvFuture<()>> {
+        None
+    }
 }
 
 // ------------------------------------------------------------------ SQLite
@@ -232,8 +244,19 @@ pub struct SqliteKv {
     path: std::path::PathBuf,
     pool: Mutex<Vec<Connection>>,
     /// The writer thread's queue (see [`writer_loop`]).
-    jobs: std::sync::mpsc::Sender<WriteJob>,
+    jobs: std::sync::mpsc::Sender<Job>,
+    /// Commits and syncs of the write-ahead log.
+    pub(crate) sync: Arc<WalSync>,
     emulation: KvEmulation,
+}
+
+/// What the writer thread is asked to do.
+enum Job {
+    /// A write, committed with the others waiting.
+    Write(WriteJob),
+    /// A barrier: handed to the sync thread once the commits before it have
+    /// ended (step 3 of [`crate::walsync`]).
+    Durable(Waiter),
 }
 
 /// What a write job hands back after running: called with the outcome of
@@ -247,33 +270,54 @@ type WriteJob = Box<dyn FnOnce(Option<&Connection>) -> Finish + Send>;
 const MAX_BATCH: usize = 256;
 
 /// The writer thread: takes the first waiting job, then every job that is
-/// already waiting (up to [`MAX_BATCH`]), runs them in one `BEGIN
-/// IMMEDIATE` transaction (each in a savepoint), commits (one fsync), and
-/// only then answers each of them. Ends when the store is dropped.
-fn writer_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<WriteJob>) {
+/// already waiting (up to [`MAX_BATCH`]), runs the writes among them in one
+/// `BEGIN IMMEDIATE` transaction (each in a savepoint), commits (no sync:
+/// `synchronous=NORMAL`), answers each write, and then hands the barriers
+/// among them to the sync thread. Ends when the store is dropped.
+fn writer_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<Job>, sync: Arc<WalSync>) {
     while let Ok(first) = jobs.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
+        let (mut batch, mut barriers) = (Vec::new(), Vec::new());
+        let mut take = |job| match job {
+            Job::Write(w) => batch.push(w),
+            Job::Durable(w) => barriers.push(w),
+        };
+        take(first);
+        for _ in 1..MAX_BATCH {
             match jobs.try_recv() {
-                Ok(j) => batch.push(j),
+                Ok(j) => take(j),
                 Err(_) => break,
             }
         }
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-            let e = KvError::from(e);
-            for job in batch {
-                job(None)(Err(e.clone()));
-            }
-            continue;
+        if !batch.is_empty() {
+            commit_batch(&conn, batch, &sync);
         }
-        let finishers: Vec<Finish> = batch.into_iter().map(|job| job(Some(&conn))).collect();
-        let committed = conn.execute_batch("COMMIT").map_err(KvError::from);
-        if committed.is_err() {
-            let _ = conn.execute_batch("ROLLBACK");
+        if !barriers.is_empty() {
+            sync.wait(barriers);
         }
-        for finish in finishers {
-            finish(committed.clone());
+    }
+}
+
+/// Runs `batch` in one transaction (between [`WalSync::begin_commit`] and
+/// [`WalSync::end_commit`]) and then answers each write with the commit's
+/// outcome.
+fn commit_batch(conn: &Connection, batch: Vec<WriteJob>, sync: &WalSync) {
+    sync.begin_commit();
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        sync.end_commit();
+        let e = KvError::from(e);
+        for job in batch {
+            job(None)(Err(e.clone()));
         }
+        return;
+    }
+    let finishers: Vec<Finish> = batch.into_iter().map(|job| job(Some(conn))).collect();
+    let committed = conn.execute_batch("COMMIT").map_err(KvError::from);
+    if committed.is_err() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    sync.end_commit();
+    for finish in finishers {
+        finish(committed.clone());
     }
 }
 
@@ -310,13 +354,7 @@ impl SqliteKv {
     /// `KV_EMULATE=none` or an older host) become Spin's 8-byte blobs.
     pub fn open(path: &Path, emulation: KvEmulation) -> KvResult<SqliteKv> {
         let (jobs, queue) = std::sync::mpsc::channel();
-        let kv = SqliteKv {
-            path: path.to_path_buf(),
-            pool: Mutex::new(Vec::new()),
-            jobs,
-            emulation,
-        };
-        let conn = kv.connect()?;
+        let conn = connect(path)?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS kv (
                  key   TEXT PRIMARY KEY NOT NULL,
@@ -332,33 +370,47 @@ impl SqliteKv {
                 );
             }
         }
-        kv.put_back(conn);
-        let writer = kv.connect()?;
+        let writer = connect(path)?;
+        // The write-ahead log exists while a connection is open, and the
+        // writer's stays open as long as the store: this handle of it is
+        // the sync thread's. What the open wrote, and the log's directory
+        // entry, are made durable now.
+        let wal_path = wal_path(path);
+        let wal = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&wal_path)
+            .map_err(|e| KvError(format!("sqlite: cannot open {}: {e}", wal_path.display())))?;
+        let synced = wal.sync_data().and_then(|()| match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => std::fs::File::open(dir)?.sync_all(),
+            _ => Ok(()),
+        });
+        synced.map_err(|e| KvError(format!("sqlite: cannot sync {}: {e}", wal_path.display())))?;
+        let sync = WalSync::start(wal)?;
+        let kv = SqliteKv {
+            path: path.to_path_buf(),
+            pool: Mutex::new(vec![conn]),
+            jobs,
+            sync: sync.clone(),
+            emulation,
+        };
         std::thread::Builder::new()
             .name("tfa-kv-writer".into())
-            .spawn(move || writer_loop(writer, queue))
+            .spawn(move || writer_loop(writer, queue, sync))
             .map_err(|e| KvError(format!("sqlite: cannot start the writer thread: {e}")))?;
         Ok(kv)
     }
 
-    fn connect(&self) -> KvResult<Connection> {
-        let conn = Connection::open(&self.path)?;
-        conn.busy_timeout(Duration::from_secs(10))?;
-        // WAL: readers never block the writer. FULL: the WAL is synced on
-        // every commit, so an acknowledged write survives SIGKILL.
-        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(KvError(format!("sqlite: journal_mode is {mode}, not wal")));
-        }
-        conn.execute_batch("PRAGMA synchronous=FULL;")?;
-        Ok(conn)
+    /// How many syncs of the write-ahead log have run (tests).
+    pub fn syncs(&self) -> u64 {
+        self.sync.syncs()
     }
 
     fn take(&self) -> KvResult<Connection> {
         let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
         match pooled {
             Some(c) => Ok(c),
-            None => self.connect(),
+            None => connect(&self.path),
         }
     }
 
@@ -371,7 +423,8 @@ impl SqliteKv {
     }
 
     /// Runs the write `f` in the writer thread's next batch and waits until
-    /// the batch is committed (durable) or has failed.
+    /// the batch is committed (not yet durable: see [`KvBackend::durable`])
+    /// or has failed.
     fn write<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> KvResult<T> + Send + 'static,
@@ -387,7 +440,7 @@ impl SqliteKv {
             })
         });
         self.jobs
-            .send(job)
+            .send(Job::Write(job))
             .map_err(|_| KvError("sqlite: the writer thread has stopped".into()))?;
         answer
             .recv()
@@ -403,6 +456,27 @@ impl SqliteKv {
         }
         out
     }
+}
+
+/// A connection to the database `path`: WAL mode (readers never block the
+/// writer), `synchronous=NORMAL` (commits do not sync; the sync thread
+/// does, see [`crate::walsync`]).
+fn connect(path: &Path) -> KvResult<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(10))?;
+    let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(KvError(format!("sqlite: journal_mode is {mode}, not wal")));
+    }
+    conn.execute_batch("PRAGMA synchronous=NORMAL;")?;
+    Ok(conn)
+}
+
+/// SQLite's write-ahead log beside the database `path`.
+fn wal_path(path: &Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-wal");
+    name.into()
 }
 
 /// Rewrites every `INTEGER` counter as an 8-byte little-endian blob, in one
@@ -578,6 +652,16 @@ impl KvBackend for SqliteKv {
         true
     }
 
+    fn durable(&self) -> Option<KvFuture<()>> {
+        match self.sync.pending() {
+            Ok(false) => return None,
+            Ok(true) => {}
+            Err(e) => return Some(Box::pin(std::future::ready(Err(e)))),
+        }
+        let (waiter, answer) = tokio::sync::oneshot::channel();
+        Some(self.enqueue(Job::Durable(waiter), answer))
+    }
+
     fn write_async(&self, op: WriteOp) -> Result<KvFuture<i64>, WriteOp> {
         match &op {
             WriteOp::Increment(key, 0) => {
@@ -611,13 +695,24 @@ impl KvBackend for SqliteKv {
                 let _ = reply.send(committed.and(out));
             })
         });
-        let sent = self.jobs.send(job);
-        Ok(Box::pin(async move {
-            sent.map_err(|_| KvError("sqlite: the writer thread has stopped".into()))?;
-            answer
-                .await
-                .unwrap_or_else(|_| Err(KvError("sqlite: the writer thread has stopped".into())))
-        }))
+        Ok(self.enqueue(Job::Write(job), answer))
+    }
+}
+
+impl SqliteKv {
+    /// Queues `job` for the writer thread; the future resolves to what
+    /// `answer` receives.
+    fn enqueue<T: Send + 'static>(
+        &self,
+        job: Job,
+        answer: tokio::sync::oneshot::Receiver<KvResult<T>>,
+    ) -> KvFuture<T> {
+        let stopped = || KvError("sqlite: the store's writer or sync thread has stopped".into());
+        let sent = self.jobs.send(job).map_err(|_| stopped());
+        Box::pin(async move {
+            sent?;
+            answer.await.unwrap_or_else(|_| Err(stopped()))
+        })
     }
 }
 
@@ -625,7 +720,7 @@ impl SqliteKv {
     /// `increment(key, 0)`, which is how the service reads a counter: a
     /// read of the committed value on a reader connection (0 when missing,
     /// and the key is not created), so it neither queues behind the writer
-    /// nor waits for a commit's fsync. Spin writes the unchanged counter
+    /// nor waits for a commit. Spin writes the unchanged counter
     /// back (creating a zero counter for a missing key); only a `get` of
     /// that key could tell, and the service reads counters only through
     /// `increment`. Values that are not counters are refused exactly as
@@ -1111,6 +1206,9 @@ impl KvBackend for FailingKv {
     fn swap(&self, key: &str, seen: Option<Option<&[u8]>>, new: &[u8]) -> KvResult<bool> {
         self.check()?;
         self.inner.swap(key, seen, new)
+    }
+    fn durable(&self) -> Option<KvFuture<()>> {
+        self.inner.durable()
     }
     fn describe(&self) -> String {
         format!(

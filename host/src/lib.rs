@@ -76,6 +76,7 @@ pub mod outbound;
 pub mod runtime;
 pub mod send;
 pub mod server;
+pub mod walsync;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -546,6 +547,13 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
         },
     ));
     server.clone().serve(listener, shutdown_signal()).await;
+    // Every instance has ended: what they wrote after their responses is
+    // made durable before the process goes (`walsync`).
+    if let Some(durable) = backend.durable() {
+        if let Err(e) = durable.await {
+            eprintln!("tfa-host: the store's last writes may not be durable: {e}");
+        }
+    }
     // Close the store: the last handles go with the server.
     drop(server);
     drop(backend);

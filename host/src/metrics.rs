@@ -8,6 +8,8 @@
 //! | `tfa_http_request_duration_seconds` | `route` | histogram, request head to response head |
 //! | `tfa_store_operation_duration_seconds` | `op` | histogram of key-value operations (`get`, `set`, `delete`, `increment`, `other`) |
 //! | `tfa_store_errors_total` | `op` | failed key-value operations |
+//! | `tfa_store_syncs_total` | | syncs of SQLite's write-ahead log (each makes every commit before it durable, `crate::walsync`) |
+//! | `tfa_store_durable_wait_seconds` | | histogram, how long a response waited for its store's writes to become durable (only responses that waited) |
 //! | `tfa_instances_in_use` | | instance slots running a request (at most 64) |
 //! | `tfa_instances_waiting` | | requests waiting for a slot |
 //! | `tfa_instances_heavy` | | instances holding more than 4 MiB of linear memory (hashing a password), at most `MAX_HEAVY_INSTANCES` per component (`crate::gate`) |
@@ -25,8 +27,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use prometheus::{
-    Encoder as _, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder as _, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Opts, Registry, TextEncoder,
 };
 
 /// Every metric of the host.
@@ -40,6 +42,10 @@ pub struct Metrics {
     pub store_seconds: HistogramVec,
     /// Store errors by kind.
     pub store_errors: IntCounterVec,
+    /// Syncs of SQLite's write-ahead log.
+    pub store_syncs: IntCounter,
+    /// Responses' waits for durability.
+    pub durable_wait: Histogram,
     /// Instance slots in use.
     pub instances_in_use: IntGauge,
     /// Requests waiting for a slot.
@@ -130,6 +136,17 @@ impl Metrics {
             Opts::new("tfa_store_errors_total", "Failed key-value operations."),
             &["op"],
         )?;
+        let store_syncs = IntCounter::new(
+            "tfa_store_syncs_total",
+            "Syncs of the SQLite store's write-ahead log.",
+        )?;
+        let durable_wait = Histogram::with_opts(
+            HistogramOpts::new(
+                "tfa_store_durable_wait_seconds",
+                "How long a response waited for the store's writes to become durable.",
+            )
+            .buckets(STORE_BUCKETS.to_vec()),
+        )?;
         let instances_in_use = IntGauge::new("tfa_instances_in_use", "Instance slots in use.")?;
         let instances_waiting =
             IntGauge::new("tfa_instances_waiting", "Requests waiting for a slot.")?;
@@ -161,6 +178,8 @@ impl Metrics {
         registry.register(Box::new(request_seconds.clone()))?;
         registry.register(Box::new(store_seconds.clone()))?;
         registry.register(Box::new(store_errors.clone()))?;
+        registry.register(Box::new(store_syncs.clone()))?;
+        registry.register(Box::new(durable_wait.clone()))?;
         registry.register(Box::new(instances_in_use.clone()))?;
         registry.register(Box::new(instances_waiting.clone()))?;
         registry.register(Box::new(instances_heavy.clone()))?;
@@ -195,6 +214,8 @@ impl Metrics {
             request_seconds,
             store_seconds,
             store_errors,
+            store_syncs,
+            durable_wait,
             instances_in_use,
             instances_waiting,
             instances_heavy,

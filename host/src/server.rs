@@ -247,6 +247,7 @@ impl Server {
         };
         let in_use = metrics.map(|m| GaugeGuard::inc(&m.instances_in_use));
         let mut store = new_store(self.pre.engine(), &self.shared);
+        let used_store = store.data().kv_ops.clone();
         let kv_ops = kv_label.map(|label| (store.data().kv_ops.clone(), label));
         let (tx, rx) = tokio::sync::oneshot::channel();
         // With KV_COUNT, the operations before the response are counted at
@@ -328,6 +329,30 @@ impl Server {
         });
         match rx.await {
             Ok(Ok(resp)) => {
+                // Nothing the store says leaves before it is durable.
+                if used_store.snapshot().iter().any(|&n| n > 0) {
+                    if let Some(durable) = self.shared.kv.durable() {
+                        let waited = crate::now();
+                        let out = tokio::time::timeout(deadline, durable).await;
+                        if let Some(m) = metrics {
+                            m.durable_wait.observe(waited.elapsed().as_secs_f64());
+                        }
+                        match out {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => {
+                                eprintln!("tfa-host: response withheld: {e}");
+                                return error_response(503, "Service unavailable");
+                            }
+                            Err(_) => {
+                                eprintln!(
+                                    "tfa-host: response withheld: the store was not durable \
+                                     within REQUEST_TIMEOUT_MS"
+                                );
+                                return error_response(503, "Service unavailable");
+                            }
+                        }
+                    }
+                }
                 answered.store(true, Ordering::Relaxed);
                 resp
             }

@@ -272,3 +272,53 @@ fn pending_webhook_deliveries() {
         "{families:?}"
     );
 }
+
+/// Durability at the response (`tfa_host::walsync`): a response that
+/// follows store writes leaves only after a sync of the write-ahead log
+/// that began after them, so the sync counter has moved by the time the
+/// client reads it; a read-only request with nothing pending waits for
+/// nothing. (Without the wait the background sync, every 100 ms, would
+/// rarely have run within the few milliseconds between the writes and the
+/// scrape.)
+#[test]
+fn responses_wait_for_their_writes_to_be_durable() {
+    let wasm = real_component();
+    let (host, mport) =
+        Host::start_with_metrics("metrics-durable", &wasm, &[("RATE_LIMIT_ENABLED", "false")]);
+    // Let the start's own writes settle.
+    std::thread::sleep(Duration::from_millis(300));
+    let counts = || {
+        let t = scrape(mport);
+        (
+            value(&t, "tfa_store_syncs_total", &[]),
+            value(&t, "tfa_store_durable_wait_seconds_count", &[]),
+        )
+    };
+    for i in 0..3 {
+        let (syncs, waits) = counts();
+        let (status, _, body) = support::request_with_body(
+            host.port,
+            "POST",
+            "/api/auth/register",
+            "Content-Type: application/json\r\n",
+            &format!(
+                r#"{{"email":"dur{i}@example.com","username":"dur{i}","password":"Correct-Horse-9"}}"#
+            ),
+        );
+        assert_eq!(status, 201, "{body}");
+        let (syncs_after, waits_after) = counts();
+        assert!(
+            syncs_after > syncs,
+            "registration {i}: no sync before its answer"
+        );
+        assert!(
+            waits_after > waits,
+            "registration {i}: its answer did not wait"
+        );
+    }
+    // A read with no write pending anywhere does not wait.
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, waits) = counts();
+    assert_eq!(support::request(host.port, "GET", "/api/health", "").0, 200);
+    assert_eq!(counts().1, waits);
+}
