@@ -290,9 +290,21 @@ mod tests {
         kv.set("a", b"1").unwrap();
         kv.increment("n", 5).unwrap();
         drop(kv);
-        let kv = SqliteKv::open_dir(&dir, KvEmulation::Spin402).unwrap();
-        assert_eq!(kv.get("a").unwrap().as_deref(), Some(&b"1"[..]));
-        assert_eq!(kv.increment("n", 0).unwrap(), 5);
+        // Reopened in both modes: with `none` the open writes nothing, and
+        // the write-ahead log (gone when the last connection closed) must
+        // still be there for the sync thread to open.
+        for emulation in [KvEmulation::None, KvEmulation::Spin402] {
+            let wal = dir.join("kv.sqlite3-wal");
+            let t = crate::now();
+            while wal.exists() && t.elapsed() < std::time::Duration::from_secs(5) {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            assert!(!wal.exists(), "the log outlived its last connection");
+            let kv = SqliteKv::open_dir(&dir, emulation).unwrap();
+            assert_eq!(kv.get("a").unwrap().as_deref(), Some(&b"1"[..]));
+            kv.set("b", b"2").unwrap();
+            assert!(kv.durable().is_some());
+        }
         let _ = std::fs::remove_dir_all(dir);
     }
 }
