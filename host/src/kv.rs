@@ -401,11 +401,6 @@ impl SqliteKv {
         Ok(kv)
     }
 
-    /// How many syncs of the write-ahead log have run (tests).
-    pub fn syncs(&self) -> u64 {
-        self.sync.syncs()
-    }
-
     fn take(&self) -> KvResult<Connection> {
         let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
         match pooled {

@@ -331,26 +331,8 @@ impl Server {
             Ok(Ok(resp)) => {
                 // Nothing the store says leaves before it is durable.
                 if used_store.snapshot().iter().any(|&n| n > 0) {
-                    if let Some(durable) = self.shared.kv.durable() {
-                        let waited = crate::now();
-                        let out = tokio::time::timeout(deadline, durable).await;
-                        if let Some(m) = metrics {
-                            m.durable_wait.observe(waited.elapsed().as_secs_f64());
-                        }
-                        match out {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => {
-                                eprintln!("tfa-host: response withheld: {e}");
-                                return error_response(503, "Service unavailable");
-                            }
-                            Err(_) => {
-                                eprintln!(
-                                    "tfa-host: response withheld: the store was not durable \
-                                     within REQUEST_TIMEOUT_MS"
-                                );
-                                return error_response(503, "Service unavailable");
-                            }
-                        }
+                    if let Err(withheld) = self.durable(deadline).await {
+                        return withheld;
                     }
                 }
                 answered.store(true, Ordering::Relaxed);
@@ -366,6 +348,27 @@ impl Server {
                 _ => error_response(500, "Internal server error"),
             },
         }
+    }
+
+    /// Waits, at most `deadline`, until everything written to the store so
+    /// far is durable ([`crate::kv::KvBackend::durable`]); `Err` is the
+    /// answer to send instead of the component's.
+    async fn durable(&self, deadline: Duration) -> Result<(), hyper::Response<HyperOutgoingBody>> {
+        let Some(durable) = self.shared.kv.durable() else {
+            return Ok(());
+        };
+        let waited = crate::now();
+        let out = tokio::time::timeout(deadline, durable).await;
+        if let Some(m) = crate::metrics::get() {
+            m.durable_wait.observe(waited.elapsed().as_secs_f64());
+        }
+        let why = match out {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "the store was not durable within REQUEST_TIMEOUT_MS".to_string(),
+        };
+        eprintln!("tfa-host: response withheld: {why}");
+        Err(error_response(503, "Service unavailable"))
     }
 
     /// Accepts connections on `listener` until `shutdown` resolves, then
