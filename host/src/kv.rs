@@ -13,7 +13,9 @@
 //!   survives SIGKILL and power loss because the host answers no request
 //!   that touched the store before one sync of the write-ahead log, shared
 //!   by every request waiting for it, has covered it
-//!   ([`KvBackend::durable`], [`crate::walsync`]).
+//!   ([`KvBackend::durable`], [`crate::walsync`]). Checkpoints are not a
+//!   commit's: a checkpointer thread makes them on its own connection
+//!   ([`CHECKPOINT_EVERY`]).
 //! * [`RedisKv`] (`KV_URL=redis://…`): several hosts can share one store.
 //!   Keys are used as they are, like Spin's own Redis store.
 //!
@@ -274,7 +276,12 @@ const MAX_BATCH: usize = 256;
 /// `BEGIN IMMEDIATE` transaction (each in a savepoint), commits (no sync:
 /// `synchronous=NORMAL`), answers each write, and then hands the barriers
 /// among them to the sync thread. Ends when the store is dropped.
-fn writer_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<Job>, sync: Arc<WalSync>) {
+fn writer_loop(
+    conn: Connection,
+    jobs: std::sync::mpsc::Receiver<Job>,
+    sync: Arc<WalSync>,
+    checkpoints: std::sync::mpsc::SyncSender<()>,
+) {
     while let Ok(first) = jobs.recv() {
         let (mut batch, mut barriers) = (Vec::new(), Vec::new());
         let mut take = |job| match job {
@@ -290,10 +297,47 @@ fn writer_loop(conn: Connection, jobs: std::sync::mpsc::Receiver<Job>, sync: Arc
         }
         if !batch.is_empty() {
             commit_batch(&conn, batch, &sync);
+            // Full means a nudge is waiting already.
+            let _ = checkpoints.try_send(());
         }
         if !barriers.is_empty() {
             sync.wait(barriers);
         }
+    }
+}
+
+/// The checkpointer's pace: at most one checkpoint per this long while
+/// writes go on. SQLite's own (`wal_autocheckpoint`, 1,000 pages) ran in the
+/// committing connection, so on a busy store the writer thread spent a
+/// checkpoint's copying and its two fsyncs (about 20 times a second under
+/// `/2fa/verify` at concurrency 32) with every write waiting behind it.
+pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
+
+/// The checkpointer thread: after a commit (a nudge from the writer), and no
+/// sooner than [`CHECKPOINT_EVERY`] after its last checkpoint, copies what
+/// the write-ahead log holds into the database file (`PASSIVE`: it never
+/// waits for, nor blocks, the writer or a reader; SQLite syncs the log
+/// before copying and the database after). The writer starts the log over
+/// once a checkpoint has copied all of it and no reader still uses it. Ends
+/// when the writer does.
+fn checkpoint_loop(conn: Connection, nudges: std::sync::mpsc::Receiver<()>) {
+    use std::sync::mpsc::RecvTimeoutError;
+    let mut last: Option<std::time::Instant> = None;
+    while nudges.recv().is_ok() {
+        if let Some(due) = last.map(|l| l + CHECKPOINT_EVERY) {
+            while let Some(left) = due.checked_duration_since(crate::now()) {
+                if let Err(RecvTimeoutError::Disconnected) = nudges.recv_timeout(left) {
+                    return;
+                }
+            }
+        }
+        let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(0));
+        if let Err(e) = done {
+            // The log keeps what was not copied; the next checkpoint (or
+            // the last connection's close) copies it.
+            eprintln!("tfa-host: sqlite: checkpoint failed: {e}");
+        }
+        last = Some(crate::now());
     }
 }
 
@@ -394,9 +438,15 @@ impl SqliteKv {
             sync: sync.clone(),
             emulation,
         };
+        let checkpointer = connect(path)?;
+        let (nudge, nudges) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("tfa-kv-checkpoint".into())
+            .spawn(move || checkpoint_loop(checkpointer, nudges))
+            .map_err(|e| KvError(format!("sqlite: cannot start the checkpointer: {e}")))?;
         std::thread::Builder::new()
             .name("tfa-kv-writer".into())
-            .spawn(move || writer_loop(writer, queue, sync))
+            .spawn(move || writer_loop(writer, queue, sync, nudge))
             .map_err(|e| KvError(format!("sqlite: cannot start the writer thread: {e}")))?;
         Ok(kv)
     }
@@ -463,7 +513,8 @@ fn connect(path: &Path) -> KvResult<Connection> {
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(KvError(format!("sqlite: journal_mode is {mode}, not wal")));
     }
-    conn.execute_batch("PRAGMA synchronous=NORMAL;")?;
+    // Checkpoints are the checkpointer thread's, never a commit's.
+    conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0;")?;
     Ok(conn)
 }
 
@@ -1270,6 +1321,32 @@ mod tests {
         for m in [KvEmulation::Spin402, KvEmulation::None] {
             assert_eq!(KvEmulation::parse(Some(m.name())), Ok(m));
         }
+    }
+
+    #[test]
+    fn the_checkpointer_keeps_the_write_ahead_log_small() {
+        let dir = std::env::temp_dir().join(format!("tfa-kv-ckpt-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let kv = SqliteKv::open_dir(&dir, KvEmulation::Spin402).unwrap();
+        let wal = dir.join("kv.sqlite3-wal");
+        // 10 rounds of 40 commits, each rewriting a 3,000-byte value: at
+        // least 1.6 MB of log frames, all of it in the log if nothing
+        // checkpointed (no connection checkpoints on commit).
+        for round in 0..10u8 {
+            for i in 0..40 {
+                kv.set(&format!("k{}", i % 20), &[round; 3000]).unwrap();
+            }
+            std::thread::sleep(CHECKPOINT_EVERY * 4);
+        }
+        // The checkpointer copied each round into the database file, so
+        // the writer started the log over: it holds about one round.
+        let size = std::fs::metadata(&wal).unwrap().len();
+        assert!(size < 800_000, "the write-ahead log grew to {size} bytes");
+        assert_eq!(kv.get("k7").unwrap().as_deref(), Some(&[9u8; 3000][..]));
+        let db = std::fs::metadata(dir.join("kv.sqlite3")).unwrap().len();
+        assert!(db > 20 * 3000, "the database file holds {db} bytes");
+        drop(kv);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
