@@ -1339,9 +1339,11 @@ mod tests {
             std::thread::sleep(CHECKPOINT_EVERY * 4);
         }
         // The checkpointer copied each round into the database file, so
-        // the writer started the log over: it holds about one round.
+        // the writer started the log over: it holds one or two rounds
+        // (about 0.3 MB here; 1.8 MB without the checkpointer). The bound
+        // leaves room for a checkpointer a few rounds late on a busy machine.
         let size = std::fs::metadata(&wal).unwrap().len();
-        assert!(size < 800_000, "the write-ahead log grew to {size} bytes");
+        assert!(size < 1_200_000, "the write-ahead log grew to {size} bytes");
         assert_eq!(kv.get("k7").unwrap().as_deref(), Some(&[9u8; 3000][..]));
         let db = std::fs::metadata(dir.join("kv.sqlite3")).unwrap().len();
         assert!(db > 20 * 3000, "the database file holds {db} bytes");
