@@ -754,10 +754,15 @@ def main():
           "\"Durable at the response, not at each commit\"): one sync per request, shared by the "
           "requests waiting at that moment, instead of one per write (seven before a "
           "verification's answer until 2026-11-27). The disk costs /2fa/verify "
-          f"{1 - vd32['rps'] / v32['rps']:.0%} of its tmpfs throughput at concurrency 32. What is "
-          "left is the writer thread: about three small commits per verification, each written "
-          "to the disk's page cache by one thread that shares two cores with the load generator. "
-          "Fewer sequential writes per request in core is the next lever.")
+          f"{1 - vd32['rps'] / v32['rps']:.0%} of its tmpfs throughput at concurrency 32. "
+          "Checkpoints are a thread of their own since 2026-11-27 (they ran in the writer, "
+          "which waited for their two fsyncs about 20 times a second). What is left is the sync "
+          "itself: in alternating runs of an experiment build whose responses did not wait for "
+          "durability, the disk gave about what tmpfs gives (medians of four runs: 1,255/s "
+          "without the wait, 1,073/s with it, 1,280/s on tmpfs, on a noisy machine). The sync "
+          "thread syncs back to back at this load (about 650 syncs a second, 1.5 ms each), so a "
+          "sync covers fewer than two requests; each costs CPU in the kernel that the two cores "
+          "would otherwise spend on requests.")
     plain_v = core.get("wasm", {}).get("argon2id_verify", {}).get("median_ns")
     if plain_v and argon_verify_ns == argon_verify_ns:
         ratio = plain_v / argon_verify_ns
