@@ -604,7 +604,12 @@ def main():
           "Reaching half of hyper would take reusing an instance for many requests, which Spin "
           "3.6 and 4.x do for WASIp3 components only (see *Instance reuse* below) and which lets one "
           "request's memory be seen by the next; this host keeps Spin's model for WASIp2 "
-          "components, one fresh instance per request.")
+          "components, one fresh instance per request. At concurrency 1 the idle cores are not "
+          "the cause either: this machine's cpuidle driver is `none` (an idle core wakes through "
+          "the hypervisor), but with the host and wrk pinned to one core (`taskset`, 2026-11-27, "
+          "`wrk -t1 -c1`, three 4 s runs each) the floor's p50 was 140-168 µs against 172-189 µs "
+          "unpinned, and hyper's 30-33 µs against 36-37 µs: crossing cores costs the host about "
+          "30 µs, and the rest of its gap is the per-request instance work above.")
     me32, he32 = wstat("api", "GET /auth/me", 32), wstat("api", "GET /health", 32)
     hs = next((h for h in handle if h["component"] == "component" and h["path"] == "/api/health"), None)
     hf = next((h for h in handle if h["component"] == "floor"), None)
