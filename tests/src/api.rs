@@ -30,6 +30,19 @@ pub fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
+/// Waits, when less than `needed_secs` is left of the current rate-limit
+/// window of `window_secs`, until the next window has opened, so that a test
+/// counting a window's allowance sees a single window throughout. The
+/// service's windows are fixed and aligned to the clock
+/// (`core/src/plumbing/ratelimit.rs`): a test that straddles a boundary
+/// would see the allowance reset halfway. Sleeps at most `needed_secs + 1`.
+pub fn within_one_rate_window(window_secs: u64, needed_secs: u64) {
+    let left = window_secs - now_secs() % window_secs;
+    if left < needed_secs {
+        std::thread::sleep(std::time::Duration::from_secs(left + 1));
+    }
+}
+
 /// The TOTP code of `secret` at `unix_secs` (what an authenticator shows).
 pub fn totp_code(secret_b32: &str, unix_secs: u64) -> String {
     let raw = totp::base32_decode(secret_b32).expect("base32 secret");

@@ -163,6 +163,8 @@ fn an_untrusted_certificate_is_a_failed_delivery_not_plain_text() {
 /// untouched, the earlier code still good; then the real server works.
 #[test]
 fn refused_and_silent_smtp_servers_fail_cleanly_and_cost_nothing() {
+    // Counts the hourly send allowance from start to end.
+    within_one_rate_window(3600, 90);
     // A port with nothing listening (bound, then closed).
     let refused_port = e2e::free_port();
     // A server that accepts and never sends its greeting.

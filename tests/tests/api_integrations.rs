@@ -48,6 +48,8 @@ fn code_in(text: &str) -> String {
 
 #[test]
 fn sms_codes_through_the_twilio_api() {
+    // Counts the hourly send allowance from start to end.
+    within_one_rate_window(3600, 90);
     let twilio = FakeServer::start();
     let host = Host::start(HostOptions {
         env: vec![
@@ -174,6 +176,8 @@ fn body_code(req: &Received) -> String {
 /// connections fails the setup cleanly.
 #[test]
 fn sms_gateways_that_time_out_or_refuse_fail_cleanly() {
+    // Counts the hourly send allowance from start to end.
+    within_one_rate_window(3600, 90);
     let twilio = FakeServer::start();
     let host = Host::start(HostOptions {
         env: twilio_env(&twilio.base()),
