@@ -647,7 +647,17 @@ def main():
           "its counter read (`increment` by 0 of the temp token's use counter) and the delete of the "
           "usually absent failure counter are reads, each of the other writes before the "
           "response waits for its commit (the writer thread's next transaction), and the "
-          "response for one sync of the write-ahead log.")
+          "response for one sync of the write-ahead log. "
+          "Profiled in the host on 2026-11-27 (`perf record` of `tfa-bench handle` for "
+          "`GET /api/auth/me`), the three reads of `/auth/me` are about 12 % of its CPU, half of "
+          "it SQLite taking and releasing a read mark of the write-ahead log's index (two `fcntl` "
+          "calls per read); SQLite's `unix-excl` VFS, which keeps that index in the process, gave "
+          "+3.5 % and +4.6 % (medians of two series of alternating runs at concurrency 32) but "
+          "locks every other process out of the file while the host runs, and was not taken "
+          "(docs/decisions.md, \"Other processes may open the SQLite file while the host runs\"). "
+          "The read of `sched:next` after each response (is a sweep or a webhook retry due?) is "
+          "another third of the reads; the rest of the gap to the floor is the component's own "
+          "per-request work, spread thin (no function of the component above 3 % of the request).")
     w("- **Where a `POST /2fa/verify` goes (target 2).** Profiled by hand on 2026-11-26, before two "
       "of its store calls were removed the same day (20 then, 18 now: the user record read again for "
       "the webhook fan-out, and the attempt counter read before its increment; that change alone "
@@ -767,7 +777,10 @@ def main():
           "without the wait, 1,073/s with it, 1,280/s on tmpfs, on a noisy machine). The sync "
           "thread syncs back to back at this load (about 650 syncs a second, 1.5 ms each), so a "
           "sync covers fewer than two requests; each costs CPU in the kernel that the two cores "
-          "would otherwise spend on requests.")
+          "would otherwise spend on requests. A sync thread that waits 0.5 or 1.5 ms for more "
+          "waiters before each sync (an experiment, 2026-11-27, four alternating runs each) gave "
+          "medians of 1,258/s and 1,333/s against 1,195/s without, with all three ranges "
+          "overlapping: not distinguishable from this machine's noise, and not kept.")
     plain_v = core.get("wasm", {}).get("argon2id_verify", {}).get("median_ns")
     if plain_v and argon_verify_ns == argon_verify_ns:
         ratio = plain_v / argon_verify_ns
