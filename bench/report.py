@@ -652,7 +652,7 @@ def main():
           "`GET /api/auth/me`), the three reads of `/auth/me` are about 12 % of its CPU, half of "
           "it SQLite taking and releasing a read mark of the write-ahead log's index (two `fcntl` "
           "calls per read); SQLite's `unix-excl` VFS, which keeps that index in the process, gave "
-          "+3.5 % and +4.6 % (medians of two series of alternating runs at concurrency 32) but "
+          "+3.3 % and +4.6 % (medians of two series of alternating runs at concurrency 32) but "
           "locks every other process out of the file while the host runs, and was not taken "
           "(docs/decisions.md, \"Other processes may open the SQLite file while the host runs\"). "
           "The read of `sched:next` after each response (is a sweep or a webhook retry due?) is "
