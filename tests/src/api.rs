@@ -2,6 +2,7 @@
 
 use serde_json::{json, Value};
 use tfa_core::crypto::totp;
+use tfa_core::plumbing::ratelimit;
 
 use crate::client::{Client, Resp};
 
@@ -30,14 +31,14 @@ pub fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-/// Waits, when less than `needed_secs` is left of the current rate-limit
-/// window of `window_secs`, until the next window has opened, so that a test
-/// counting a window's allowance sees a single window throughout. The
-/// service's windows are fixed and aligned to the clock
-/// (`core/src/plumbing/ratelimit.rs`): a test that straddles a boundary
-/// would see the allowance reset halfway. Sleeps at most `needed_secs + 1`.
-pub fn within_one_rate_window(window_secs: u64, needed_secs: u64) {
-    let left = window_secs - now_secs() % window_secs;
+/// Waits, when less than `needed_secs` is left of `rule`'s current window,
+/// until the next window has opened, so that a test counting a window's
+/// allowance sees a single window throughout. The service's windows are
+/// fixed and aligned to the clock ([`ratelimit::hit`]): a test that
+/// straddles a boundary would see the allowance reset halfway. Sleeps at
+/// most `needed_secs + 1`.
+pub fn within_one_rate_window(rule: ratelimit::Rule, needed_secs: u64) {
+    let left = rule.window_secs - now_secs() % rule.window_secs;
     if left < needed_secs {
         std::thread::sleep(std::time::Duration::from_secs(left + 1));
     }

@@ -14,6 +14,7 @@ use e2e::api::*;
 use e2e::procs::{Host, HostOptions};
 use e2e::smtp::SmtpServer;
 use serde_json::{json, Value};
+use tfa_core::plumbing::ratelimit;
 
 /// Settings that point the service at `port` on 127.0.0.1.
 fn email_settings(port: u16, extra: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -164,7 +165,7 @@ fn an_untrusted_certificate_is_a_failed_delivery_not_plain_text() {
 #[test]
 fn refused_and_silent_smtp_servers_fail_cleanly_and_cost_nothing() {
     // Counts the hourly send allowance from start to end.
-    within_one_rate_window(3600, 90);
+    within_one_rate_window(ratelimit::SEND_EMAIL, 90);
     // A port with nothing listening (bound, then closed).
     let refused_port = e2e::free_port();
     // A server that accepts and never sends its greeting.

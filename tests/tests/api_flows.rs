@@ -6,6 +6,7 @@ use base64::Engine;
 use e2e::api::*;
 use e2e::procs::{Host, HostOptions};
 use serde_json::json;
+use tfa_core::plumbing::ratelimit;
 
 #[test]
 fn totp_enrolment_login_trusted_device_backup_codes_and_sessions() {
@@ -276,7 +277,7 @@ fn errors_are_clear_and_never_500() {
 #[test]
 fn rate_limits_with_headers() {
     // Counts a 15-minute login allowance to its end.
-    within_one_rate_window(900, 60);
+    within_one_rate_window(ratelimit::LOGIN, 60);
     let host = Host::start(HostOptions::default());
     let c = &host.client;
     register(c, "carol");

@@ -11,6 +11,7 @@ use e2e::client::Client;
 use e2e::fake::{FakeServer, Received, HANG};
 use e2e::procs::{Host, HostOptions};
 use serde_json::{json, Value};
+use tfa_core::plumbing::ratelimit;
 
 fn form(body: &[u8]) -> Vec<(String, String)> {
     let s = String::from_utf8_lossy(body).to_string();
@@ -49,7 +50,7 @@ fn code_in(text: &str) -> String {
 #[test]
 fn sms_codes_through_the_twilio_api() {
     // Counts the hourly send allowance from start to end.
-    within_one_rate_window(3600, 90);
+    within_one_rate_window(ratelimit::SEND_SMS, 90);
     let twilio = FakeServer::start();
     let host = Host::start(HostOptions {
         env: vec![
@@ -177,7 +178,7 @@ fn body_code(req: &Received) -> String {
 #[test]
 fn sms_gateways_that_time_out_or_refuse_fail_cleanly() {
     // Counts the hourly send allowance from start to end.
-    within_one_rate_window(3600, 90);
+    within_one_rate_window(ratelimit::SEND_SMS, 90);
     let twilio = FakeServer::start();
     let host = Host::start(HostOptions {
         env: twilio_env(&twilio.base()),

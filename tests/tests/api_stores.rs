@@ -8,6 +8,7 @@ use e2e::api::*;
 use e2e::client::Client;
 use e2e::procs::{Host, HostOptions, Redis};
 use serde_json::json;
+use tfa_core::plumbing::ratelimit;
 
 #[test]
 fn data_survives_a_clean_restart() {
@@ -61,7 +62,7 @@ fn data_survives_a_clean_restart() {
 #[test]
 fn two_hosts_share_one_redis() {
     // Counts the 15-minute login allowance across both hosts.
-    within_one_rate_window(900, 60);
+    within_one_rate_window(ratelimit::LOGIN, 60);
     let redis = Redis::start();
     let opts = HostOptions {
         kv_url: Some(redis.url()),
