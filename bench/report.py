@@ -182,6 +182,17 @@ def main():
     for r in by["2fa_verify_disk"]:
         verify[("disk", r["concurrency"])].append(r)
 
+    # Target 3 run by run: since 2026-11-27 one driver times the tmpfs and the disk host in
+    # turn (records with a `port`), so each disk run is compared with the tmpfs run just
+    # before it; older results (a whole series on each) compare the medians.
+    disk_ratios = []
+    for r in by["2fa_verify_disk"]:
+        t = [x for x in by["2fa_verify"] if "port" in r and x.get("run") == r.get("run")
+             and x["concurrency"] == r["concurrency"] == 32]
+        if t and t[0]["requests_per_s"]:
+            disk_ratios.append(r["requests_per_s"] / t[0]["requests_per_s"])
+    disk_frac = med(disk_ratios)
+
     def vstat(conc):
         rs = verify.get(conc, [])
         if not rs:
@@ -202,10 +213,37 @@ def main():
     sizes = {r["name"]: r for r in by["size"]}
     memory = {r["endpoint"]: r for r in by["memory"]}
 
-    # Argon2 floor: the component's own build (simd128, .cargo/config.toml) verifying at the defaults.
+    # One Argon2 verify of the component's own build (simd128, .cargo/config.toml) at the
+    # defaults, as the core section measured it (compared there with the build without simd128).
     comp_core = core.get("wasm_simd") or core.get("wasm") or {}
     argon_verify_ns = comp_core.get("argon2id_verify", {}).get("median_ns", float("nan"))
-    floor_logins = cores / (argon_verify_ns / 1e9) if argon_verify_ns == argon_verify_ns else float("nan")
+    # Target 4's Argon2 floor (cores ÷ one wasm verify): the same verify timed in several
+    # processes right before and after each login row (bench.sh, argon_floor). One figure from
+    # the core section, minutes away, moved between 48 and 87 ms from run to run on this
+    # machine while the logins did not; a process keeps its figure (50–60 or 75–90 ms), so
+    # the floor is the median over the processes beside the rows it is compared with. Results
+    # without these records fall back to the core section's figure.
+    # `all_cores` records: one process per core hashing at once (the report's note only).
+    argon_floor = [r for r in by.get("argon_floor", []) if r.get("mode", "alone") == "alone"]
+    argon_floor_par = [r for r in by.get("argon_floor", []) if r.get("mode") == "all_cores"]
+
+    def floor_verify_ns(conc, run=None, recs=None):
+        xs = [r["r"]["ops"][0]["median_ns"] for r in (argon_floor if recs is None else recs)
+              if r["concurrency"] == conc and (run is None or r["run"] == run)]
+        return med(xs) if xs else argon_verify_ns
+
+    floor_ns_1, floor_ns_32 = floor_verify_ns(1), floor_verify_ns(32)
+    floor_n_32 = sum(1 for r in argon_floor if r["concurrency"] == 32)
+    floor_spread = sorted(r["r"]["ops"][0]["median_ns"] for r in argon_floor)
+    floor_logins = cores / (floor_ns_32 / 1e9) if floor_ns_32 == floor_ns_32 else float("nan")
+    # Target 4 run by run: each login row at concurrency 32 against the floor beside it.
+    login_ratios = []
+    for r in by["wrk"] if argon_floor else []:
+        if (r.get("target"), r.get("endpoint"), r.get("concurrency")) == ("api", "POST /auth/login", 32):
+            fl = floor_verify_ns(32, r.get("run"))
+            if fl == fl and r["r"]["duration_us"]:
+                login_ratios.append(r["r"]["requests"] / (r["r"]["duration_us"] / 1e6) * (fl / 1e9) / cores)
+    login_frac = med(login_ratios)
 
     # ---------------------------------------------------------------- targets
     w("## Targets\n")
@@ -237,14 +275,18 @@ def main():
         w(f"| 2. GET /health costs at most one store round trip | {n} operation(s) in all | {status(n <= 1)} |")
     v32, vd32 = vstat(32), vstat(("disk", 32))
     if v32 and vd32:
-        frac = vd32["rps"] / v32["rps"]
+        frac = disk_frac if disk_ratios else vd32["rps"] / v32["rps"]
+        runs = (f"; run by run {min(disk_ratios):.0%}–{max(disk_ratios):.0%}"
+                if len(disk_ratios) > 1 else "")
         w(f"| 3. /2fa/verify with the store on disk ≥ 70 % of tmpfs (c32) | {rate(vd32['rps'])} vs "
-          f"{rate(v32['rps'])}/s ({frac:.0%}) | {status(frac >= 0.7)} |")
+          f"{rate(v32['rps'])}/s ({frac:.0%}{runs}) | {status(frac >= 0.7)} |")
     l32_ = wstat("api", "POST /auth/login", 32)
     if l32_:
-        frac = l32_["rps"] / floor_logins
+        frac = login_frac if login_ratios else l32_["rps"] / floor_logins
+        runs = (f"; run by run {min(login_ratios):.0%}–{max(login_ratios):.0%}"
+                if len(login_ratios) > 1 else "")
         w(f"| 4. logins ≥ 85 % of the Argon2 floor (c32) | {rate(l32_['rps'])}/s vs {rate(floor_logins)}/s "
-          f"({frac:.0%}) | {status(frac >= 0.85)} |")
+          f"({frac:.0%}{runs}) | {status(frac >= 0.85)} |")
     ml = memory.get("login")
     if ml and "after10_kib" in ml:
         d = (ml["after10_kib"] - ml["idle_kib"]) / 1024
@@ -296,7 +338,7 @@ def main():
         w(f"| POST /2fa/verify p50 under 1 ms at concurrency 1 | {us(t1['verify50'])} | {status(t1['verify50'] < 1000)} |")
     l32 = wstat("api", "POST /auth/login", 32)
     if l32:
-        frac = l32["rps"] / floor_logins
+        frac = login_frac if login_ratios else l32["rps"] / floor_logins
         w(f"| login throughput within 15 % of the Argon2 floor | {rate(l32['rps'])}/s vs floor "
           f"{rate(floor_logins)}/s ({frac:.0%} of it) | {status(frac >= 0.85)} |")
     sc = startup.get("component")
@@ -330,11 +372,39 @@ def main():
         p = core.get("wasm", {}).get(name, {}).get("median_ns", float("nan"))
         w(f"| {name.replace('_', ' ')} | {ns(n)} | {ns(s)} | {s / n:.2f}× | {ns(p)} | {p / n:.2f}× |")
     w("")
-    if argon_verify_ns == argon_verify_ns:
+    if floor_ns_32 == floor_ns_32:
         nat = native.get("argon2id_verify", {}).get("median_ns", float("nan"))
         w(f"**Argon2 floor** (logins per second if Argon2 were the only cost, all {cores} cores busy):")
-        w(f"{cores} ÷ {ns(argon_verify_ns)} (wasm verify, component flags) = **{rate(floor_logins)} logins/s**;")
-        w(f"natively it would be {cores} ÷ {ns(nat)} = {rate(cores / (nat / 1e9))}/s.\n")
+        if argon_floor:
+            w(f"{cores} ÷ {ns(floor_ns_32)} (wasm verify, component flags) = **{rate(floor_logins)} logins/s**,")
+            w(f"where {ns(floor_ns_32)} is the median of {floor_n_32} processes that timed one verify right")
+            w("before and right after the login rows at concurrency 32 (section 2); over all the")
+            w(f"login rows, {len(floor_spread)} processes measured {ns(floor_spread[0])} to {ns(floor_spread[-1])}"
+              + (f", against {ns(argon_verify_ns)} in the table above." if argon_verify_ns == argon_verify_ns else "."))
+            w("On this virtual machine one verify moves by up to half from minute to minute and from")
+            w("process to process (a process keeps the memory it was given, and its speed with it),")
+            w("so the floor is measured beside what it is compared with.")
+            par_32 = floor_verify_ns(32, recs=argon_floor_par) if argon_floor_par else float("nan")
+            if par_32 == par_32:
+                l32f = wstat("api", "POST /auth/login", 32)
+                slower = par_32 / floor_ns_32 - 1
+                if slower >= 0.05:
+                    why = ("the cores share the last-level cache, which one verify's 19 MiB nearly "
+                           "fills, and the logins at concurrency 32 hash on every core at once too")
+                elif slower > -0.05:
+                    why = "within 5 % of one alone"
+                else:
+                    why = "faster than one alone, which is this machine's variance, not the cache"
+                w(f"With one process per core hashing at once (timed beside the same rows) a verify took "
+                  f"{ns(par_32)} ({slower:+.0%}; {why}); against {cores} ÷ {ns(par_32)} = "
+                  f"{rate(cores / (par_32 / 1e9))}/s the logins are "
+                  f"{(l32f['rps'] if l32f else float('nan')) / (cores / (par_32 / 1e9)):.0%}. "
+                  "Target 4 is reported against the floor as the issue defines it (cores ÷ one verify alone).")
+        else:
+            w(f"{cores} ÷ {ns(floor_ns_32)} (wasm verify, component flags) = **{rate(floor_logins)} logins/s**;")
+        if nat == nat:
+            w(f"natively it would be {cores} ÷ {ns(nat)} = {rate(cores / (nat / 1e9))}/s.")
+        w("")
 
     # ---------------------------------------------------------------- API
     w("## 2. The API through the local host\n")
@@ -382,7 +452,10 @@ def main():
         w("logs in and its TOTP code is computed (not timed); the timed part sends only the prepared")
         w("verifications, until the deadline or until they run out. These hosts hash with cheap Argon2")
         w("parameters (`ARGON2_MEMORY_KIB=256 ARGON2_ITERATIONS=1`) so the untimed logins are quick; a")
-        w("verification does not hash. The ratio is over the floor component's requests/s.\n")
+        w("verification does not hash. The ratio is over the floor component's requests/s."
+          + (" One driver times the two hosts in turn, run by run and concurrency by concurrency"
+             " (tmpfs, then disk), so that target 3 compares runs a few seconds apart."
+             if disk_ratios else "") + "\n")
         w("| store | concurrency | requests/s | p50 | p99 | / floor req/s | requests | errors |")
         w("|---|---:|---:|---:|---:|---:|---:|---:|")
         for c in (1, 32, ("disk", 1), ("disk", 32)):
@@ -437,11 +510,16 @@ def main():
     w("")
     l1 = wstat("api", "POST /auth/login", 1)
     if l32 and floor_logins == floor_logins:
+        frac = login_frac if login_ratios else l32["rps"] / floor_logins
         w(f"**Logins against the Argon2 floor:** {rate(l32['rps'])} logins/s at concurrency 32 = "
-          f"{l32['rps'] / floor_logins:.0%} of the floor ({rate(floor_logins)}/s); the 2FA flow "
+          f"{frac:.0%} of the floor ({rate(floor_logins)}/s"
+          + ("; the median of the runs' ratios, each run's logins against the verifies timed beside it"
+             if login_ratios else "")
+          + f"); the 2FA flow "
           f"reaches {rate((tstat(32) or {}).get('fps', float('nan')))}/s. The load generator shares the cores.")
         if l1:
-            w(f"At concurrency 1 a login takes {us(l1['p50'])} (p50), against {ns(argon_verify_ns)} of Argon2 in wasm.")
+            w(f"At concurrency 1 a login takes {us(l1['p50'])} (p50), against {ns(floor_ns_1)} of Argon2 in wasm"
+              + (" (timed beside those rows)." if argon_floor else "."))
         w("")
 
     # ---------------------------------------------------------------- Envoy
@@ -769,7 +847,8 @@ def main():
           "\"Durable at the response, not at each commit\"): one sync per request, shared by the "
           "requests waiting at that moment, instead of one per write (seven before a "
           "verification's answer until 2026-11-27). The disk costs /2fa/verify "
-          f"{1 - vd32['rps'] / v32['rps']:.0%} of its tmpfs throughput at concurrency 32. "
+          f"{1 - (disk_frac if disk_ratios else vd32['rps'] / v32['rps']):.0%} of its tmpfs "
+          "throughput at concurrency 32. "
           "Checkpoints are a thread of their own since 2026-11-27 (they ran in the writer, "
           "which waited for their two fsyncs about 20 times a second). What is left is the sync "
           "itself: in alternating runs of an experiment build whose responses did not wait for "
@@ -799,8 +878,8 @@ def main():
             effect = "within 3 % of each other: the flag neither helps nor costs Argon2 here."
         w(f"- The component is built with `+simd128` (`.cargo/config.toml`): Argon2id verify takes "
           f"{ns(argon_verify_ns)} that way and {ns(plain_v)} without it ({effect}")
-    if l1 and argon_verify_ns == argon_verify_ns:
-        w(f"- A login at concurrency 1 takes {us(l1['p50'])} (p50) against {ns(argon_verify_ns)} for the "
+    if l1 and floor_ns_1 == floor_ns_1:
+        w(f"- A login at concurrency 1 takes {us(l1['p50'])} (p50) against {ns(floor_ns_1)} for the "
           "Argon2 verify alone in a warm instance: the difference is mostly the fresh instance's "
           "memory (the kernel zeroes a login's 19 MiB of new pages) and the deadline's epoch checks; "
           "see the profile below.")
@@ -876,9 +955,9 @@ def main():
         if me_p == me_p and fl_p == fl_p:
             parts.append(f"`GET /auth/me` {me_p / fl_p:.0%} (measured {me32_['rps'] / fl32['rps']:.0%})")
         if lp and l32r:
-            lr = l32r["rps"] * lp[0]["us_p50"] / lp[1]["us_p50"]
-            parts.append(f"target 4, logins {lr / floor_logins:.0%} of the Argon2 floor "
-                         f"(measured {l32r['rps'] / floor_logins:.0%})")
+            measured = login_frac if login_ratios else l32r["rps"] / floor_logins
+            parts.append(f"target 4, logins {measured * lp[0]['us_p50'] / lp[1]['us_p50']:.0%} of the "
+                         f"Argon2 floor (measured {measured:.0%})")
         if parts:
             w("- **What instance reuse would give (an estimate, not a measurement of a served design).** "
               "Section 4's *Instance reuse* table measures, in one process, what a request costs when "

@@ -10,9 +10,10 @@
 //!   password and access token as JSON.
 //! * `2fa --port P [--users N] [--conc 1,32] [--runs R] [--secs S]`: the
 //!   2FA login under load (one JSON line per run and concurrency).
-//! * `verify --port P [--users N] [--conc 1,32] [--runs R] [--secs S]`:
+//! * `verify --port P[,P2…] [--users N] [--conc 1,32] [--runs R] [--secs S]`:
 //!   `POST /2fa/verify` on its own, logins and codes prepared before each
-//!   timed part (one JSON line per run and concurrency).
+//!   timed part (one JSON line per run, concurrency and host; several hosts
+//!   are timed in turn).
 //! * `token --secret S`: an access token (mfa: true) valid for 15 minutes,
 //!   for Envoy.
 //! * `upstream --port P [--threads N] [--max-secs S]`: the app behind Envoy
@@ -172,6 +173,7 @@ fn real_main() -> anyhow::Result<()> {
             let concurrency = args.nums("--conc", "1,32")?;
             twofa::run(&twofa::Options {
                 port: args.port()?,
+                more_ports: Vec::new(),
                 users: args.num("--users", 200)?,
                 concurrency,
                 runs: args.num("--runs", 3)?,
@@ -181,8 +183,19 @@ fn real_main() -> anyhow::Result<()> {
         "verify" => {
             let args = Args(rest);
             let concurrency = args.nums("--conc", "1,32")?;
+            // `--port A,B`: hosts timed in turn, run by run.
+            let mut ports = args
+                .get("--port")
+                .context("--port is required")?
+                .split(',')
+                .map(|p| p.trim().parse::<u16>())
+                .collect::<Result<Vec<_>, _>>()
+                .context("--port: port numbers, comma-separated")?
+                .into_iter();
+            let port = ports.next().context("--port: a port number")?;
             twofa::run_verify(&twofa::Options {
-                port: args.port()?,
+                port,
+                more_ports: ports.collect(),
                 users: args.num("--users", 1000)?,
                 concurrency,
                 runs: args.num("--runs", 3)?,

@@ -80,6 +80,9 @@ fn enrol(c: &mut Conn, name: &str) -> anyhow::Result<User> {
 /// Options of a 2FA run.
 pub struct Options {
     pub port: u16,
+    /// `verify` only: more hosts, each with its own users; every run and
+    /// concurrency is timed on each host in turn (`port` first).
+    pub more_ports: Vec<u16>,
     pub users: usize,
     pub concurrency: Vec<usize>,
     pub runs: usize,
@@ -270,14 +273,14 @@ struct Prepared {
 /// Logs in every user whose next step is acceptable now and builds its
 /// `/2fa/verify` body (two threads); the users go back to the queue with
 /// that step spent.
-fn prepare(o: &Options, queue: &Mutex<VecDeque<User>>) -> anyhow::Result<Vec<Prepared>> {
+fn prepare(o: &Options, port: u16, queue: &Mutex<VecDeque<User>>) -> anyhow::Result<Vec<Prepared>> {
     let out: Mutex<Vec<Prepared>> = Mutex::default();
     std::thread::scope(|s| -> anyhow::Result<()> {
         let workers: Vec<_> = (0..2)
             .map(|_| {
                 let out = &out;
                 s.spawn(move || -> anyhow::Result<()> {
-                    let mut c = Conn::new(o.port);
+                    let mut c = Conn::new(port);
                     while let Some(mut user) = take(queue) {
                         let login = json!({"emailOrUsername": user.email, "password": PASSWORD})
                             .to_string();
@@ -318,8 +321,30 @@ fn prepare(o: &Options, queue: &Mutex<VecDeque<User>>) -> anyhow::Result<Vec<Pre
 /// `POST /2fa/verify` on its own: before each timed part, every user is
 /// logged in and its code computed (not timed); the timed part sends the
 /// prepared requests until the deadline or until they run out. Prints one
-/// JSON line per (run, concurrency).
+/// JSON line per (run, concurrency, host). With more than one host (a store
+/// on tmpfs and one on disk, say), each run and concurrency is timed on every
+/// host in turn, so that a ratio between hosts compares runs minutes apart
+/// at most, not a whole series made before the other.
 pub fn run_verify(o: &Options) -> anyhow::Result<()> {
+    let ports: Vec<u16> = std::iter::once(o.port)
+        .chain(o.more_ports.iter().copied())
+        .collect();
+    let queues = ports
+        .iter()
+        .map(|&port| enrol_all(o, port))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for run in 0..o.runs {
+        for &conc in &o.concurrency {
+            for (&port, queue) in ports.iter().zip(&queues) {
+                time_verify(o, port, queue, run, conc)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Registers `o.users` users with TOTP on the host at `port`.
+fn enrol_all(o: &Options, port: u16) -> anyhow::Result<Mutex<VecDeque<User>>> {
     let tag = unix_secs() % 1_000_000;
     let queue: Mutex<VecDeque<User>> = Mutex::default();
     let started = now();
@@ -328,7 +353,7 @@ pub fn run_verify(o: &Options) -> anyhow::Result<()> {
             .map(|w| {
                 let queue = &queue;
                 s.spawn(move || -> anyhow::Result<()> {
-                    let mut c = Conn::new(o.port);
+                    let mut c = Conn::new(port);
                     for i in (w..o.users).step_by(2) {
                         let u = enrol(&mut c, &format!("bver{tag}x{i}"))?;
                         queue
@@ -347,84 +372,90 @@ pub fn run_verify(o: &Options) -> anyhow::Result<()> {
         Ok(())
     })?;
     eprintln!(
-        "tfa-bench verify: enrolled {} users in {:.1} s",
+        "tfa-bench verify: enrolled {} users on port {port} in {:.1} s",
         o.users,
         started.elapsed().as_secs_f64()
     );
-    for run in 0..o.runs {
-        for &conc in &o.concurrency {
-            // Bounded wait for the users' next step to become acceptable.
-            let wait_until = now() + Duration::from_secs(40);
-            let prepared = loop {
-                let p = prepare(o, &queue)?;
-                if p.len() * 2 >= o.users || now() > wait_until {
-                    break p;
-                }
-                std::thread::sleep(Duration::from_millis(500));
-            };
-            let total = prepared.len();
-            // A marker for a profiler attached from outside (see BENCHMARKS.md).
-            eprintln!("tfa-bench verify: timed part, run {run}, concurrency {conc}");
-            let pool = Mutex::new(prepared);
-            let deadline = now() + Duration::from_secs_f64(o.secs);
-            let t0 = now();
-            let results: Vec<(Vec<f64>, u64, Instant)> = std::thread::scope(|s| {
-                let workers: Vec<_> = (0..conc)
-                    .map(|_| {
-                        let pool = &pool;
-                        s.spawn(move || {
-                            let mut c = Conn::new(o.port);
-                            let (mut lat, mut errors) = (Vec::new(), 0u64);
-                            while now() < deadline {
-                                let Some(p) = pool.lock().ok().and_then(|mut v| v.pop()) else {
-                                    break;
-                                };
-                                let t = now();
-                                match c.call("POST", "/api/2fa/verify", Some(&p.body), None) {
-                                    Ok(r) if r.status == 200 => {
-                                        lat.push(t.elapsed().as_secs_f64() * 1e6)
-                                    }
-                                    Ok(r) => {
-                                        if errors < 3 {
-                                            eprintln!(
-                                                "tfa-bench verify: {} {}",
-                                                r.status,
-                                                String::from_utf8_lossy(&r.body)
-                                            );
-                                        }
-                                        errors += 1;
-                                    }
-                                    Err(e) => {
-                                        if errors < 3 {
-                                            eprintln!("tfa-bench verify: {e:#}");
-                                        }
-                                        errors += 1;
-                                    }
-                                }
-                            }
-                            (lat, errors, now())
-                        })
-                    })
-                    .collect();
-                workers.into_iter().filter_map(|w| w.join().ok()).collect()
-            });
-            // Until the last worker stopped (the deadline, or no requests left).
-            let ended = results.iter().map(|r| r.2).max().unwrap_or_else(now);
-            let elapsed = (ended - t0).as_secs_f64();
-            let mut lat: Vec<f64> = results.iter().flat_map(|r| r.0.clone()).collect();
-            let errors: u64 = results.iter().map(|r| r.1).sum();
-            println!(
-                "{}",
-                json!({
-                    "bench": "2fa_verify", "run": run, "concurrency": conc,
-                    "prepared": total, "requests": lat.len(), "secs": elapsed,
-                    "requests_per_s": lat.len() as f64 / elapsed,
-                    "errors": errors,
-                    "p50_us": percentile(&mut lat, 50.0),
-                    "p99_us": percentile(&mut lat, 99.0),
-                })
-            );
+    Ok(queue)
+}
+
+/// One timed part: prepares the users of `queue`, then sends their
+/// verifications to `port` from `conc` connections for `o.secs`.
+fn time_verify(
+    o: &Options,
+    port: u16,
+    queue: &Mutex<VecDeque<User>>,
+    run: usize,
+    conc: usize,
+) -> anyhow::Result<()> {
+    // Bounded wait for the users' next step to become acceptable.
+    let wait_until = now() + Duration::from_secs(40);
+    let prepared = loop {
+        let p = prepare(o, port, queue)?;
+        if p.len() * 2 >= o.users || now() > wait_until {
+            break p;
         }
-    }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let total = prepared.len();
+    // A marker for a profiler attached from outside (see BENCHMARKS.md).
+    eprintln!("tfa-bench verify: timed part, run {run}, concurrency {conc}, port {port}");
+    let pool = Mutex::new(prepared);
+    let deadline = now() + Duration::from_secs_f64(o.secs);
+    let t0 = now();
+    let results: Vec<(Vec<f64>, u64, Instant)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..conc)
+            .map(|_| {
+                let pool = &pool;
+                s.spawn(move || {
+                    let mut c = Conn::new(port);
+                    let (mut lat, mut errors) = (Vec::new(), 0u64);
+                    while now() < deadline {
+                        let Some(p) = pool.lock().ok().and_then(|mut v| v.pop()) else {
+                            break;
+                        };
+                        let t = now();
+                        match c.call("POST", "/api/2fa/verify", Some(&p.body), None) {
+                            Ok(r) if r.status == 200 => lat.push(t.elapsed().as_secs_f64() * 1e6),
+                            Ok(r) => {
+                                if errors < 3 {
+                                    eprintln!(
+                                        "tfa-bench verify: {} {}",
+                                        r.status,
+                                        String::from_utf8_lossy(&r.body)
+                                    );
+                                }
+                                errors += 1;
+                            }
+                            Err(e) => {
+                                if errors < 3 {
+                                    eprintln!("tfa-bench verify: {e:#}");
+                                }
+                                errors += 1;
+                            }
+                        }
+                    }
+                    (lat, errors, now())
+                })
+            })
+            .collect();
+        workers.into_iter().filter_map(|w| w.join().ok()).collect()
+    });
+    // Until the last worker stopped (the deadline, or no requests left).
+    let ended = results.iter().map(|r| r.2).max().unwrap_or_else(now);
+    let elapsed = (ended - t0).as_secs_f64();
+    let mut lat: Vec<f64> = results.iter().flat_map(|r| r.0.clone()).collect();
+    let errors: u64 = results.iter().map(|r| r.1).sum();
+    println!(
+        "{}",
+        json!({
+            "bench": "2fa_verify", "run": run, "concurrency": conc, "port": port,
+            "prepared": total, "requests": lat.len(), "secs": elapsed,
+            "requests_per_s": lat.len() as f64 / elapsed,
+            "errors": errors,
+            "p50_us": percentile(&mut lat, 50.0),
+            "p99_us": percentile(&mut lat, 99.0),
+        })
+    );
     Ok(())
 }
