@@ -134,6 +134,9 @@ empty_filter="$target/wasm32-wasip1/release/tfa_bench_empty_filter.wasm"
 browser="$target/wasm32-unknown-unknown/release/webhook_verify.wasm"
 host_bin="$target/host/tfa-host"
 bench_bin="$target/host/tfa-bench"
+# One process timing one Argon2 verify of <core-ops.wasm> 3 times (its JSON):
+# the simd128 comparison and target 4's floor.
+argon_verify() { "$bench_bin" wasm-core "$1" --only argon2id_verify --runs 3 2>/dev/null; }
 
 lua="$root/bench/lua/bench.lua"
 # wrk_run <record fields> <conc> <url> [env…]: one wrk run, one JSON record.
@@ -194,7 +197,7 @@ record "{\"bench\":\"core\",\"variant\":\"wasm\",\"r\":$j}"
 # 100 ms on this virtual machine), so one of each is not a comparison.
 for i in $(seq 1 "$SIMD_PAIRS"); do
     for v in "wasm_simd:$core_wasm_simd" "wasm:$core_wasm_plain"; do
-        j=$("$bench_bin" wasm-core "${v#*:}" --only argon2id_verify --runs 3 2>/dev/null)
+        j=$(argon_verify "${v#*:}")
         record "{\"bench\":\"argon_simd\",\"variant\":\"${v%%:*}\",\"pair\":$i,\"r\":$j}"
     done
 done
@@ -309,11 +312,11 @@ FLOOR_PROCS=3
 argon_floor() { # <run> <concurrency> <before|after>
     local i j pids_par=()
     for i in $(seq 1 "$FLOOR_PROCS"); do
-        j=$("$bench_bin" wasm-core "$core_wasm_simd" --only argon2id_verify --runs 3 2>/dev/null)
+        j=$(argon_verify "$core_wasm_simd")
         record "{\"bench\":\"argon_floor\",\"mode\":\"alone\",\"run\":$1,\"concurrency\":$2,\"when\":\"$3\",\"proc\":$i,\"r\":$j}"
     done
     for i in $(seq 1 "$cores"); do
-        "$bench_bin" wasm-core "$core_wasm_simd" --only argon2id_verify --runs 3 >"$out/floor-par-$i.json" 2>/dev/null &
+        argon_verify "$core_wasm_simd" >"$out/floor-par-$i.json" &
         pids_par+=("$!")
     done
     wait "${pids_par[@]}" || true
