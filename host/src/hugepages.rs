@@ -15,7 +15,7 @@
 //! `/proc/self/maps` (the largest anonymous mapping the engine's creation
 //! added) and marks it. The mark is a hint: memory is still given back
 //! after each request exactly as before (wasmtime's `madvise(MADV_DONTNEED)`
-//! beyond the kept-resident first MiB), so the resident set after a burst
+//! beyond the kept-resident first 256 KiB), so the resident set after a burst
 //! of logins returns as it did (target 5). Where huge pages are off
 //! (`never`) or the range cannot be found, nothing changes.
 

@@ -934,8 +934,13 @@ impl batch::Host for HostState {
 
 // ------------------------------------------------------------ engine & link
 
-/// Bytes of each linear memory kept resident between requests.
-const KEEP_RESIDENT: usize = 1 << 20;
+/// Bytes of each linear memory kept resident between requests: above the
+/// ~170 KiB a light request dirties, far below the 19 MiB an Argon2 hash
+/// does. wasmtime applies it to every memory slot a request has ever
+/// used, so it bounds the host's idle growth after a burst of logins at
+/// about `total_memories × KEEP_RESIDENT` (docs/decisions.md, "Each pooled
+/// memory keeps 256 KiB resident").
+const KEEP_RESIDENT: usize = 256 << 10;
 /// Bytes of each table kept resident between requests.
 const TABLE_KEEP_RESIDENT: usize = 64 << 10;
 
@@ -955,8 +960,8 @@ pub fn engine() -> anyhow::Result<Engine> {
         // instead of madvise: no page faults on the next request and no
         // TLB-shootdown interrupts to the other cores, which the profile
         // showed as ~30 % of the host's CPU under load. Only the first
-        // KEEP_RESIDENT bytes of each memory stay resident; the rest (an
-        // Argon2 hash's 19 MiB) is given back to the system at once.
+        // KEEP_RESIDENT bytes of each memory stay resident; the rest (most
+        // of an Argon2 hash's 19 MiB) is given back to the system at once.
         .linear_memory_keep_resident(KEEP_RESIDENT)
         .table_keep_resident(TABLE_KEEP_RESIDENT)
         .pagemap_scan(wasmtime::Enabled::Auto);

@@ -103,6 +103,15 @@ impl Args {
             .parse()
             .context("--port: a port number")
     }
+    /// `--port A,B,…`: one or more ports, comma-separated.
+    fn ports(&self) -> anyhow::Result<Vec<u16>> {
+        self.get("--port")
+            .context("--port is required")?
+            .split(',')
+            .map(|p| p.trim().parse::<u16>())
+            .collect::<Result<Vec<_>, _>>()
+            .context("--port: port numbers, comma-separated")
+    }
 }
 
 fn main() {
@@ -171,36 +180,25 @@ fn real_main() -> anyhow::Result<()> {
         "2fa" => {
             let args = Args(rest);
             let concurrency = args.nums("--conc", "1,32")?;
-            twofa::run(&twofa::Options {
-                port: args.port()?,
-                more_ports: Vec::new(),
+            let o = twofa::Options {
                 users: args.num("--users", 200)?,
                 concurrency,
                 runs: args.num("--runs", 3)?,
                 secs: args.num("--secs", 5.0)?,
-            })
+            };
+            twofa::run(&o, args.port()?)
         }
         "verify" => {
             let args = Args(rest);
             let concurrency = args.nums("--conc", "1,32")?;
-            // `--port A,B`: hosts timed in turn, run by run.
-            let mut ports = args
-                .get("--port")
-                .context("--port is required")?
-                .split(',')
-                .map(|p| p.trim().parse::<u16>())
-                .collect::<Result<Vec<_>, _>>()
-                .context("--port: port numbers, comma-separated")?
-                .into_iter();
-            let port = ports.next().context("--port: a port number")?;
-            twofa::run_verify(&twofa::Options {
-                port,
-                more_ports: ports.collect(),
+            let o = twofa::Options {
                 users: args.num("--users", 1000)?,
                 concurrency,
                 runs: args.num("--runs", 3)?,
                 secs: args.num("--secs", 3.0)?,
-            })
+            };
+            // `--port A,B`: hosts timed in turn, run by run.
+            twofa::run_verify(&o, &args.ports()?)
         }
         "token" => {
             let args = Args(rest);

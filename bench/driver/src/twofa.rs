@@ -79,10 +79,6 @@ fn enrol(c: &mut Conn, name: &str) -> anyhow::Result<User> {
 
 /// Options of a 2FA run.
 pub struct Options {
-    pub port: u16,
-    /// `verify` only: more hosts, each with its own users; every run and
-    /// concurrency is timed on each host in turn (`port` first).
-    pub more_ports: Vec<u16>,
     pub users: usize,
     pub concurrency: Vec<usize>,
     pub runs: usize,
@@ -98,7 +94,7 @@ struct Sample {
 
 /// Enrols the users (two threads), then for each run and each concurrency
 /// drives the flow for `secs`; prints one JSON line per (run, concurrency).
-pub fn run(o: &Options) -> anyhow::Result<()> {
+pub fn run(o: &Options, port: u16) -> anyhow::Result<()> {
     let tag = unix_secs() % 1_000_000;
     let started = now();
     let queue: Arc<Mutex<VecDeque<User>>> = Arc::default();
@@ -107,7 +103,7 @@ pub fn run(o: &Options) -> anyhow::Result<()> {
             .map(|w| {
                 let queue = queue.clone();
                 s.spawn(move || -> anyhow::Result<usize> {
-                    let mut c = Conn::new(o.port);
+                    let mut c = Conn::new(port);
                     let mut n = 0;
                     for i in (w..o.users).step_by(2) {
                         let u = enrol(&mut c, &format!("b2fa{tag}x{i}"))?;
@@ -142,7 +138,7 @@ pub fn run(o: &Options) -> anyhow::Result<()> {
                 let workers: Vec<_> = (0..conc)
                     .map(|_| {
                         let queue = queue.clone();
-                        s.spawn(move || worker(o.port, &queue, deadline))
+                        s.spawn(move || worker(port, &queue, deadline))
                     })
                     .collect();
                 workers
@@ -325,10 +321,7 @@ fn prepare(o: &Options, port: u16, queue: &Mutex<VecDeque<User>>) -> anyhow::Res
 /// on tmpfs and one on disk, say), each run and concurrency is timed on every
 /// host in turn, so that a ratio between hosts compares runs minutes apart
 /// at most, not a whole series made before the other.
-pub fn run_verify(o: &Options) -> anyhow::Result<()> {
-    let ports: Vec<u16> = std::iter::once(o.port)
-        .chain(o.more_ports.iter().copied())
-        .collect();
+pub fn run_verify(o: &Options, ports: &[u16]) -> anyhow::Result<()> {
     let queues = ports
         .iter()
         .map(|&port| enrol_all(o, port))
