@@ -135,24 +135,24 @@ def main():
             x["cpu_s"] = r["cpu_ticks"] / r["clk_tck"]
         wrk[(r["target"], r["endpoint"], r["concurrency"])].append(x)
 
+    def by_run(t, e, conc):
+        """One wrk row's results, by the pass of bench.sh's loop that measured them."""
+        return {r.get("run"): r["r"] for r in by["wrk"]
+                if (r["target"], r["endpoint"], r["concurrency"]) == (t, e, conc)}
+
     def paired(a, b, conc):
         """Run by run, requests/s of row `a` over row `b` ((target, endpoint) each), both
         measured in the same pass of bench.sh's loop, seconds apart."""
-        def by_run(t, e):
-            return {r.get("run"): r["r"] for r in by["wrk"]
-                    if (r["target"], r["endpoint"], r["concurrency"]) == (t, e, conc)}
-        ra, rb = by_run(*a), by_run(*b)
+        ra, rb = by_run(*a, conc), by_run(*b, conc)
         return [ra[k]["requests"] / ra[k]["duration_us"] / (rb[k]["requests"] / rb[k]["duration_us"])
                 for k in ra if k is not None and k in rb and rb[k]["requests"] and ra[k]["duration_us"]]
 
     def p50_diffs(a, b, conc):
         """Run by run, row `a`'s p50 minus row `b`'s (endpoints of the Envoy target), both
         measured in the same pass of bench.sh's loop."""
-        def by_run(e):
-            return {r.get("run"): r["r"]["p50_us"] for r in by["wrk"]
-                    if (r["target"], r["endpoint"], r["concurrency"]) == ("envoy", e, conc)}
-        ra, rb = by_run(a), by_run(b)
-        return [ra[k] - rb[k] for k in sorted(ra, key=str) if k is not None and k in rb]
+        ra, rb = by_run("envoy", a, conc), by_run("envoy", b, conc)
+        return [ra[k]["p50_us"] - rb[k]["p50_us"] for k in sorted(ra, key=str)
+                if k is not None and k in rb]
 
     def ratio_cell(rs, fallback):
         """The median of run-by-run ratios with their range, or `fallback` without them."""

@@ -137,6 +137,20 @@ bench_bin="$target/host/tfa-bench"
 # One process timing one Argon2 verify of <core-ops.wasm> 3 times (its JSON):
 # the simd128 comparison and target 4's floor.
 argon_verify() { "$bench_bin" wasm-core "$1" --only argon2id_verify --runs 3 2>/dev/null; }
+# in_turn <bench> <pairs> <command> <variant:file>…: <pairs> rounds of one
+# process of <command> <file> per variant, in turn, each one record
+# {bench, variant, pair, r}. One process's figure here depends on the memory
+# it was given, so a comparison of builds is made of processes in turn.
+in_turn() {
+    local bench=$1 pairs=$2 cmd=$3 i v j
+    shift 3
+    for i in $(seq 1 "$pairs"); do
+        for v in "$@"; do
+            j=$("$cmd" "${v#*:}")
+            record "{\"bench\":\"$bench\",\"variant\":\"${v%%:*}\",\"pair\":$i,\"r\":$j}"
+        done
+    done
+}
 
 lua="$root/bench/lua/bench.lua"
 # wrk_run <record fields> <conc> <url> [env…]: one wrk run, one JSON record.
@@ -195,12 +209,7 @@ record "{\"bench\":\"core\",\"variant\":\"wasm\",\"r\":$j}"
 # Argon2 with and without simd128, processes of each build in turn: one
 # process's figure depends on the memory it was given (from 50 to over
 # 100 ms on this virtual machine), so one of each is not a comparison.
-for i in $(seq 1 "$SIMD_PAIRS"); do
-    for v in "wasm_simd:$core_wasm_simd" "wasm:$core_wasm_plain"; do
-        j=$(argon_verify "${v#*:}")
-        record "{\"bench\":\"argon_simd\",\"variant\":\"${v%%:*}\",\"pair\":$i,\"r\":$j}"
-    done
-done
+in_turn argon_simd "$SIMD_PAIRS" argon_verify "wasm_simd:$core_wasm_simd" "wasm:$core_wasm_plain"
 echo "$bench_bin wasm-core <core-ops.wasm with, then without simd128> --only argon2id_verify --runs 3   ($SIMD_PAIRS pairs of processes)" >>"$commands"
 
 fi
@@ -227,12 +236,8 @@ fi
 (cd "$before_dir/src" && run env CARGO_TARGET_DIR="$before_dir/target" \
     cargo build --release --target wasm32-wasip2 -p spin-app)
 component_before="$before_dir/target/wasm32-wasip2/release/spin_app.wasm"
-for i in $(seq 1 "$INST_PAIRS"); do
-    for v in "before:$component_before" "now:$component"; do
-        j=$("$bench_bin" startup "${v#*:}" --label "${v%%:*}" --compile-runs 1 --instances "$START_INSTANCES")
-        record "{\"bench\":\"startup_pair\",\"variant\":\"${v%%:*}\",\"pair\":$i,\"r\":$j}"
-    done
-done
+instantiate_once() { "$bench_bin" startup "$1" --label component --compile-runs 1 --instances "$START_INSTANCES"; }
+in_turn startup_pair "$INST_PAIRS" instantiate_once "before:$component_before" "now:$component"
 echo "$bench_bin startup <spin_app.wasm of $before_commit, then of today> --compile-runs 1 --instances $START_INSTANCES   ($INST_PAIRS pairs of processes)" >>"$commands"
 # One whole request inside the host, one at a time, no socket: what the
 # component and its host calls cost per request, free of the load

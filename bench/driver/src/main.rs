@@ -97,11 +97,12 @@ impl Args {
             .collect::<Result<Vec<_>, _>>()
             .with_context(|| format!("{name}: numbers"))
     }
+    /// `--port N`: exactly one port.
     fn port(&self) -> anyhow::Result<u16> {
-        self.get("--port")
-            .context("--port is required")?
-            .parse()
-            .context("--port: a port number")
+        match self.ports()?[..] {
+            [port] => Ok(port),
+            _ => bail!("--port: one port number"),
+        }
     }
     /// `--port A,B,…`: one or more ports, comma-separated.
     fn ports(&self) -> anyhow::Result<Vec<u16>> {
