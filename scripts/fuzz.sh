@@ -61,24 +61,39 @@ fi
 triple="$(rustc -vV | sed -n 's/^host: //p')"
 bin_dir="$root/target/fuzz/$triple/release"
 
-built=""
 mkdir -p "$root/target"
 summary="$root/target/fuzz-summary.txt"
 : > "$summary"
-failed=0
+
+# 1. Build each fuzz crate once.
+built=""
 for t in "${targets[@]}"; do
   crate="$(crate_of "$t")"
-  cd "$root/$crate"
-  fz="$root/$crate/fuzz"
   case " $built " in
     *" $crate "*) ;;
     *)
       echo "==> build the fuzz targets of $crate (sanitizer: $sanitizer)"
-      RUSTFLAGS="${flags[*]}" cargo "${toolchain[@]}" build --release \
-        --manifest-path "$fz/Cargo.toml" --target "$triple" --target-dir "$root/target/fuzz"
+      (cd "$root/$crate" && RUSTFLAGS="${flags[*]}" cargo "${toolchain[@]}" build --release \
+        --manifest-path "$root/$crate/fuzz/Cargo.toml" --target "$triple" --target-dir "$root/target/fuzz")
       built="$built $crate"
       ;;
   esac
+done
+
+# 2. Run the targets. Each libFuzzer process is single-threaded, so the
+# short mode runs as many targets at once as there are cores (each still
+# gets its FUZZ_SECONDS of a whole core); the long mode's 2 jobs per target
+# use the cores already, so its targets run one after the other. Each
+# target writes its own log and exit code; step 3 reads them in order.
+if [ "$mode" = short ]; then
+  at_once="$(nproc 2>/dev/null || echo 1)"
+else
+  at_once=1
+fi
+run_target() { # target -> <crate>/fuzz/last-run/<target>.{log,rc}
+  local t="$1" crate fz corpus dict log rc
+  crate="$(crate_of "$t")"
+  fz="$root/$crate/fuzz"
   mkdir -p "$fz/last-run"
   corpus="$fz/corpus/$t"
   mkdir -p "$corpus" "$fz/regressions/$t" "$fz/artifacts/$t"
@@ -87,18 +102,41 @@ for t in "${targets[@]}"; do
   if [ "$t" = api_sequence ]; then dict=(-dict="$fz/api.dict"); fi
   log="$fz/last-run/$t.log"
   echo "==> fuzz $t for ${secs}s"
+  # Its own working directory: with -jobs, libFuzzer writes fuzz-<n>.log
+  # there, and targets running at once must not mix theirs.
+  mkdir -p "$fz/last-run/$t.dir"
   set +e
-  "$bin_dir/$t" "$corpus" \
+  (cd "$fz/last-run/$t.dir" && "$bin_dir/$t" "$corpus" \
     -max_total_time="$secs" -max_len=4096 -len_control=0 -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 "${parallel[@]}" "${dict[@]}" \
-    -artifact_prefix="$fz/artifacts/$t/" >"$log" 2>&1
+    -artifact_prefix="$fz/artifacts/$t/") >"$log" 2>&1
   rc=$?
   set -e
-  # With -jobs the output of each worker goes to fuzz-<n>.log.
-  for l in fuzz-*.log "$fz"/fuzz-*.log; do
+  for l in "$fz/last-run/$t.dir"/fuzz-*.log; do
     if [ -e "$l" ]; then cat "$l" >>"$log"; rm -f "$l"; fi
   done
-  execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{s+=$2} END {print s+0}')
+  rmdir "$fz/last-run/$t.dir" 2>/dev/null || true
+  echo "$rc" >"$fz/last-run/$t.rc"
+}
+running=0
+for t in "${targets[@]}"; do
+  if [ "$running" -ge "$at_once" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  run_target "$t" &
+  running=$((running + 1))
+done
+wait || true
+
+# 3. Results, in the targets' order.
+failed=0
+for t in "${targets[@]}"; do
+  crate="$(crate_of "$t")"
+  fz="$root/$crate/fuzz"
+  log="$fz/last-run/$t.log"
+  rc="$(cat "$fz/last-run/$t.rc" 2>/dev/null || echo 1)"
+  execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" 2>/dev/null | awk '{s+=$2} END {print s+0}')
   echo "$t: $execs executions in ${secs}s (exit $rc)" | tee -a "$summary"
   found=0
   for f in "$fz/artifacts/$t"/crash-* "$fz/artifacts/$t"/timeout-* "$fz/artifacts/$t"/oom-*; do
