@@ -76,15 +76,6 @@ cargo fmt --all -- --check
 step "core's layers: imports run one way (with a self-test that plants violations)"
 python3 scripts/check-layers.py --self-test
 
-step "cargo clippy (wasm targets)"
-cargo clippy -p spin-app -p tfa-mailer -p tfa-bench-floor --target wasm32-wasip2 -- -D warnings
-cargo clippy -p tfa-bench-floor --features test-routes --target wasm32-wasip2 -- -D warnings
-cargo clippy -p edge-filter --target wasm32-wasip1 -- -D warnings
-
-step "build the artefacts once: the components (API, mailer), the filter"
-cargo build --release --target wasm32-wasip2 -p spin-app -p tfa-mailer
-./scripts/build-filter.sh
-
 # The native code is linted while it is built, instead of by a separate
 # `cargo clippy --workspace --all-targets -- -D warnings`, which checks the
 # whole dependency tree (wasmtime, cranelift, tokio...) a second time: cargo
@@ -95,7 +86,10 @@ cargo build --release --target wasm32-wasip2 -p spin-app -p tfa-mailer
 # clippy-driver `-D warnings`. Every native cargo command below carries the
 # same environment, so nothing is compiled twice. Self-test first: this
 # toolchain's clippy-driver must fail a planted lint through CLIPPY_ARGS.
-step "native code: build all targets once, linted (clippy, warnings are errors)"
+# (The wasm artefacts are not built this way: clippy-driver turns rustc's
+# MIR optimisations off, so its output is not the module that ships: the
+# component came out 9 KB larger. They are built by rustc and linted by
+# `cargo clippy` apart.)
 lint_env=(RUSTC_WORKSPACE_WRAPPER="$sysroot/bin/clippy-driver"
   CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
 planted="$(mktemp -d)"
@@ -108,13 +102,51 @@ fi
 grep -q 'clippy::ptr_arg' "$planted/err" || { cat "$planted/err" >&2; exit 1; }
 rm -rf "$planted"
 echo "self-test: clippy-driver refuses a planted lint"
+
+target_dir="$(mkdir -p "${CARGO_TARGET_DIR:-target}" && cd "${CARGO_TARGET_DIR:-target}" && pwd)"
+
+# The wasm artefacts the tests run (scripts/build-wasm.sh: the components,
+# the floor component with its test-only routes, the filter; release builds)
+# are built in the background while the steps below lint
+# the code and build the native code: release builds keep their build
+# scripts and proc-macros in target/release and their output in
+# target/<wasm target>/release, so they take none of the locks of the dev
+# builds (target/debug), and each side has long single-threaded stretches
+# (the components' fat LTO; cranelift-codegen, SQLite's C) that the other
+# fills. Their output goes to a log, printed when they are waited for.
+wasm_log="$target_dir/test-wasm-build.log"
+# setsid: its own process group, so that a failing step stops all of it.
+setsid ./scripts/build-wasm.sh >"$wasm_log" 2>&1 &
+wasm_pid=$!
+stop_wasm_build() { kill -- "-$wasm_pid" 2>/dev/null || true; }
+trap 'stop_wasm_build; step_times' EXIT
+
+step "cargo clippy (wasm targets; the wasm artefacts build meanwhile)"
+# The floor with its test routes is linted in the same package set as the
+# first command, so that every dependency keeps the same features and only
+# the floor itself is checked again.
+wasm_pkgs=(-p spin-app -p tfa-mailer -p tfa-bench-floor)
+cargo clippy "${wasm_pkgs[@]}" --target wasm32-wasip2 -- -D warnings
+cargo clippy "${wasm_pkgs[@]}" --features tfa-bench-floor/test-routes --target wasm32-wasip2 -- -D warnings
+cargo clippy -p edge-filter --target wasm32-wasip1 -- -D warnings
+
+step "native code: build all targets once, linted (clippy, warnings are errors)"
 env "${lint_env[@]}" cargo build --workspace --all-targets
-target_dir="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)"
+
+step "the wasm artefacts: wait for their build"
+if ! wait "$wasm_pid"; then
+  cat "$wasm_log" >&2
+  echo "building the wasm artefacts failed (log above, also in $wasm_log)" >&2
+  exit 1
+fi
+trap step_times EXIT
+grep -v '^ *Compiling ' "$wasm_log" || true
 export TFA_COMPONENT_WASM="$target_dir/wasm32-wasip2/release/spin_app.wasm"
 export TFA_MAILER_WASM="$target_dir/wasm32-wasip2/release/tfa_mailer.wasm"
 export TFA_FILTER_WASM="$target_dir/filter/edge_filter.wasm"
 export TFA_HOST_BIN="$target_dir/debug/tfa-host"
-ls -l "$TFA_COMPONENT_WASM" "$TFA_MAILER_WASM" "$TFA_FILTER_WASM" "$TFA_HOST_BIN"
+export TFA_HANG_WASM="$target_dir/test-floor/tfa_bench_floor.wasm"
+ls -l "$TFA_COMPONENT_WASM" "$TFA_MAILER_WASM" "$TFA_FILTER_WASM" "$TFA_HOST_BIN" "$TFA_HANG_WASM"
 
 step "cargo test --workspace (core, host, component, filter, end-to-end)"
 env "${lint_env[@]}" cargo test --workspace
