@@ -9,9 +9,8 @@
 #       to the same file
 #   <target>/filter/edge_filter.wasm                 the Envoy filter
 #       (scripts/build-filter.sh)
-# scripts/test.sh runs it in the background while the code is linted and the
-# native code built (see there). Idempotent: cargo and build-filter.sh rebuild
-# only what changed.
+# scripts/test.sh runs it once per run, after the wasm lint. Idempotent: cargo
+# and build-filter.sh rebuild only what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target_dir="$(mkdir -p "${CARGO_TARGET_DIR:-target}" && cd "${CARGO_TARGET_DIR:-target}" && pwd)"
