@@ -76,6 +76,26 @@ cargo fmt --all -- --check
 step "core's layers: imports run one way (with a self-test that plants violations)"
 python3 scripts/check-layers.py --self-test
 
+target_dir="$(mkdir -p "${CARGO_TARGET_DIR:-target}" && cd "${CARGO_TARGET_DIR:-target}" && pwd)"
+
+step "cargo clippy (wasm targets)"
+# The floor with its test routes is linted in the same package set as the
+# first command, so that every dependency keeps the same features and only
+# the floor itself is checked again (with `-p tfa-bench-floor` alone, every
+# dependency was checked again: 192 s of 550 on this machine).
+wasm_pkgs=(-p spin-app -p tfa-mailer -p tfa-bench-floor)
+cargo clippy "${wasm_pkgs[@]}" --target wasm32-wasip2 -- -D warnings
+cargo clippy "${wasm_pkgs[@]}" --features tfa-bench-floor/test-routes --target wasm32-wasip2 -- -D warnings
+cargo clippy -p edge-filter --target wasm32-wasip1 -- -D warnings
+
+# Tried and not kept (2026-11-28): running scripts/build-wasm.sh in the
+# background beside the wasm clippy (release builds take none of the dev
+# builds' locks). On this 2-core machine the two steps took 701 s together
+# against 657 s one after the other (388 + 269; fresh clones, CI=true).
+step "build the wasm artefacts once: the components (API, mailer), the test floor, the filter"
+./scripts/build-wasm.sh
+
+step "native code: build all targets once, linted (clippy, warnings are errors)"
 # The native code is linted while it is built, instead of by a separate
 # `cargo clippy --workspace --all-targets -- -D warnings`, which checks the
 # whole dependency tree (wasmtime, cranelift, tokio...) a second time: cargo
@@ -102,27 +122,6 @@ fi
 grep -q 'clippy::ptr_arg' "$planted/err" || { cat "$planted/err" >&2; exit 1; }
 rm -rf "$planted"
 echo "self-test: clippy-driver refuses a planted lint"
-
-target_dir="$(mkdir -p "${CARGO_TARGET_DIR:-target}" && cd "${CARGO_TARGET_DIR:-target}" && pwd)"
-
-step "cargo clippy (wasm targets)"
-# The floor with its test routes is linted in the same package set as the
-# first command, so that every dependency keeps the same features and only
-# the floor itself is checked again (with `-p tfa-bench-floor` alone, every
-# dependency was checked again: 192 s of 550 on this machine).
-wasm_pkgs=(-p spin-app -p tfa-mailer -p tfa-bench-floor)
-cargo clippy "${wasm_pkgs[@]}" --target wasm32-wasip2 -- -D warnings
-cargo clippy "${wasm_pkgs[@]}" --features tfa-bench-floor/test-routes --target wasm32-wasip2 -- -D warnings
-cargo clippy -p edge-filter --target wasm32-wasip1 -- -D warnings
-
-# Tried and not kept (2026-11-28): running scripts/build-wasm.sh in the
-# background beside the wasm clippy (release builds take none of the dev
-# builds' locks). On this 2-core machine the two steps took 701 s together
-# against about 620 s one after the other.
-step "build the wasm artefacts once: the components (API, mailer), the test floor, the filter"
-./scripts/build-wasm.sh
-
-step "native code: build all targets once, linted (clippy, warnings are errors)"
 # --timings: where the longest step's time goes, per crate
 # (target/cargo-timings/cargo-timing.html).
 env "${lint_env[@]}" cargo build --workspace --all-targets --timings
