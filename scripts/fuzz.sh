@@ -124,6 +124,9 @@ for t in "${targets[@]}"; do
     wait -n || true
     running=$((running - 1))
   fi
+  # A run that dies before writing its exit code must not be read as the
+  # last run's.
+  rm -f "$root/$(crate_of "$t")/fuzz/last-run/$t.rc"
   run_target "$t" &
   running=$((running + 1))
 done
