@@ -73,6 +73,9 @@ export "${smtp_env:?}"
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
+step "the dev profile: build-time-only packages at opt-level 0, and only those"
+python3 scripts/check-profile.py
+
 step "core's layers: imports run one way (with a self-test that plants violations)"
 python3 scripts/check-layers.py --self-test
 
