@@ -242,11 +242,8 @@ async fn send(out: ResponseOutparam, mut response: Response) {
         return;
     };
     if let Ok(stream) = sink.write() {
-        for chunk in body.chunks(util::MAX_BLOCKING_WRITE) {
-            if let Err(e) = stream.blocking_write_and_flush(chunk) {
-                eprintln!("tfa: could not write the response body: {e}");
-                break;
-            }
+        if let Err(e) = util::write_chunked(&body, |chunk| stream.blocking_write_and_flush(chunk)) {
+            eprintln!("tfa: could not write the response body: {e}");
         }
     }
     if let Err(e) = spin_sdk::http::OutgoingBody::finish(sink, None) {

@@ -72,12 +72,8 @@ fn send_inner(call: &HttpCall, first_byte_ns: u64) -> Result<Answer, String> {
         let stream = body
             .write()
             .map_err(|()| "request body stream already taken".to_string())?;
-        for chunk in call.body.chunks(util::MAX_BLOCKING_WRITE) {
-            stream
-                .blocking_write_and_flush(chunk)
-                .map_err(|e| stream_error("writing the request body", e))?;
-        }
-        Ok::<(), String>(())
+        util::write_chunked(&call.body, |chunk| stream.blocking_write_and_flush(chunk))
+            .map_err(|e| stream_error("writing the request body", e))
     })();
     if let Err(write_error) = written {
         future.subscribe().block();

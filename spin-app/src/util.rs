@@ -7,6 +7,19 @@ use std::collections::BTreeMap;
 /// chunks of this size.
 pub const MAX_BLOCKING_WRITE: usize = 4096;
 
+/// Writes `body` through `write` (a stream's `blocking-write-and-flush`) in
+/// chunks of at most [`MAX_BLOCKING_WRITE`] bytes; stops at the first
+/// error and returns it. An empty body makes no call. The response body
+/// (`component.rs`) and outbound request bodies (`outbound.rs`) go out
+/// this way; their streams are of two bindings (spin-sdk's and `wasi`'s),
+/// hence the closure.
+pub fn write_chunked<E>(
+    body: &[u8],
+    mut write: impl FnMut(&[u8]) -> Result<(), E>,
+) -> Result<(), E> {
+    body.chunks(MAX_BLOCKING_WRITE).try_for_each(&mut write)
+}
+
 /// Collects the settings from the component's variables (`variables`:
 /// name and value pairs, names in lower case as Spin spells them) and its
 /// environment (`env`: NAME and value pairs): for each specification name,
@@ -164,6 +177,41 @@ pub fn status_has_body(status: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bodies_are_written_in_chunks_of_at_most_4096_bytes_until_an_error() {
+        let body: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let mut seen = Vec::new();
+        write_chunked(&body, |c| {
+            seen.push(c.to_vec());
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(
+            seen.iter().map(Vec::len).collect::<Vec<_>>(),
+            [4096, 4096, 1808]
+        );
+        assert_eq!(seen.concat(), body);
+
+        let mut calls = 0;
+        let r = write_chunked(&body, |_| {
+            calls += 1;
+            if calls == 2 {
+                Err("closed")
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!((r, calls), (Err("closed"), 2));
+
+        let mut empty_calls = 0;
+        write_chunked(&[], |_| {
+            empty_calls += 1;
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(empty_calls, 0);
+    }
 
     #[test]
     fn settings_prefer_variables_and_skip_empty() {
