@@ -3,7 +3,8 @@
 //! memory-heavy instances (`MAX_HEAVY_INSTANCES`) lets them grow one
 //! batch at a time and never holds up light requests; the connection
 //! limits (`HEADER_READ_TIMEOUT_MS`, `IDLE_TIMEOUT_MS`, `MAX_CONNECTIONS`)
-//! hold against half-open and idle connections.
+//! hold against half-open and idle connections; a client that leaves
+//! while it waits for an instance slot is no longer counted as waiting.
 
 #![allow(clippy::disallowed_methods)] // the tests time the host with the clock
 
@@ -293,4 +294,62 @@ fn memory_heavy_instances_wait_at_the_gate_until_an_answer() {
         Duration::from_secs(10),
     )
     .expect("C was stopped at its deadline");
+}
+
+/// A client that leaves while its request waits for an instance slot is
+/// not counted as waiting any more, and its request never runs: the
+/// waiting gauge's guard goes with the dropped request, while all 64
+/// slots are still held by guests that have not reached their deadline.
+#[test]
+fn a_client_that_leaves_while_waiting_for_a_slot_is_no_longer_counted() {
+    let wasm = hang_component();
+    let (host, mport) =
+        Host::start_with_metrics("leave-waiting", &wasm, &[("REQUEST_TIMEOUT_MS", "10000")]);
+    let port = host.port;
+    let gauges = || {
+        let (status, _, metrics) = support::request(mport, "GET", "/metrics", "");
+        assert_eq!(status, 200);
+        (
+            support::metric_value(&metrics, "tfa_instances_in_use", &[]),
+            support::metric_value(&metrics, "tfa_instances_waiting", &[]),
+        )
+    };
+    let wait_for = |want: (f64, f64), what: &str| {
+        let until = Instant::now() + Duration::from_secs(5);
+        let mut seen = gauges();
+        while seen != want && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+            seen = gauges();
+        }
+        assert_eq!(seen, want, "{what}: (in use, waiting)");
+    };
+
+    let t0 = Instant::now();
+    let hanging: Vec<_> = (0..64)
+        .map(|_| std::thread::spawn(move || support::request(port, "GET", "/api/hang", "").0))
+        .collect();
+    wait_for((64.0, 0.0), "every slot held by a hanging guest");
+
+    // A 65th request waits for a slot; then its client goes away.
+    let mut leaving = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    leaving
+        .write_all(format!("GET /api/hang HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").as_bytes())
+        .unwrap();
+    wait_for((64.0, 1.0), "the 65th request waits");
+    drop(leaving);
+    wait_for((64.0, 0.0), "the client left");
+    assert!(
+        t0.elapsed() < Duration::from_secs(9),
+        "too slow to tell a left client from a freed slot: {:?}",
+        t0.elapsed()
+    );
+
+    let statuses: Vec<u16> = hanging.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(statuses.iter().all(|s| *s == 503), "{statuses:?}");
+    // The left request never ran: 64 instances stopped, not 65.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(host.count_lines(true, "request deadline exceeded"), 64);
+    wait_for((0.0, 0.0), "every slot back");
+    let (status, _, _) = host.request("GET", "/api/health", "");
+    assert_eq!(status, 200);
 }
