@@ -1254,18 +1254,22 @@ impl Plugin {
         Ok(outcome)
     }
 
-    /// Ends a stream: `proxy_on_done`, `proxy_on_log`, `proxy_on_delete`.
+    /// Ends a stream: `proxy_on_done`, `proxy_on_log`, `proxy_on_delete`,
+    /// each only if the module exports it, as Envoy does (a module built
+    /// without them is not called; one that exports them with another
+    /// signature is an error).
     fn finish(&mut self, id: u32) -> Result<()> {
         self.store.data_mut().effective = id;
-        self.instance
-            .get_typed_func::<i32, i32>(&mut self.store, "proxy_on_done")?
-            .call(&mut self.store, id as i32)?;
-        self.instance
-            .get_typed_func::<i32, ()>(&mut self.store, "proxy_on_log")?
-            .call(&mut self.store, id as i32)?;
-        self.instance
-            .get_typed_func::<i32, ()>(&mut self.store, "proxy_on_delete")?
-            .call(&mut self.store, id as i32)?;
+        if let Some(f) = self.instance.get_func(&mut self.store, "proxy_on_done") {
+            f.typed::<i32, i32>(&self.store)?
+                .call(&mut self.store, id as i32)?;
+        }
+        for name in ["proxy_on_log", "proxy_on_delete"] {
+            if let Some(f) = self.instance.get_func(&mut self.store, name) {
+                f.typed::<i32, ()>(&self.store)?
+                    .call(&mut self.store, id as i32)?;
+            }
+        }
         self.store.data_mut().streams.remove(&id);
         self.store.data_mut().effective = self.root_id;
         Ok(())
@@ -1301,5 +1305,125 @@ mod tests {
         let e = d.get("k").expect("entry");
         assert_eq!(d.set("k", b"d", e.cas), status::CAS_MISMATCH);
         assert_eq!(d.cas_mismatches, 2);
+    }
+
+    /// A module with the callbacks a request needs, each doing nothing;
+    /// with `optional`, also `proxy_on_done`, `proxy_on_log` and
+    /// `proxy_on_delete`, each adding one to the exported global `ended`.
+    fn minimal_filter(optional: bool) -> Vec<u8> {
+        use wasm_encoder::{
+            CodeSection, ConstExpr, ExportKind, ExportSection, Function, FunctionSection,
+            GlobalSection, GlobalType, Instruction as I, MemorySection, MemoryType, Module,
+            TypeSection, ValType as T,
+        };
+        let mut types = TypeSection::new();
+        types.ty().function([], []); // 0: proxy_abi_version_0_2_1
+        types.ty().function([T::I32, T::I32], []); // 1: proxy_on_context_create
+        types.ty().function([T::I32, T::I32], [T::I32]); // 2: vm_start, configure
+        types.ty().function([T::I32, T::I32, T::I32], [T::I32]); // 3: request_headers
+        types.ty().function([T::I32], [T::I32]); // 4: proxy_on_done
+        types.ty().function([T::I32], []); // 5: proxy_on_log, proxy_on_delete
+        let mut names = vec![
+            ("proxy_abi_version_0_2_1", 0),
+            ("proxy_on_context_create", 1),
+            ("proxy_on_vm_start", 2),
+            ("proxy_on_configure", 2),
+            ("proxy_on_request_headers", 3),
+        ];
+        if optional {
+            names.extend([
+                ("proxy_on_done", 4),
+                ("proxy_on_log", 5),
+                ("proxy_on_delete", 5),
+            ]);
+        }
+        let mut funcs = FunctionSection::new();
+        let mut code = CodeSection::new();
+        let mut exports = ExportSection::new();
+        for (i, (name, ty)) in names.iter().enumerate() {
+            funcs.function(*ty);
+            exports.export(name, ExportKind::Func, i as u32);
+            let mut f = Function::new([]);
+            if name.starts_with("proxy_on_d") || *name == "proxy_on_log" {
+                f.instruction(&I::GlobalGet(0))
+                    .instruction(&I::I32Const(1))
+                    .instruction(&I::I32Add)
+                    .instruction(&I::GlobalSet(0));
+            }
+            match ty {
+                2 | 4 => {
+                    f.instruction(&I::I32Const(1));
+                }
+                3 => {
+                    f.instruction(&I::I32Const(0)); // Continue
+                }
+                _ => {}
+            }
+            f.instruction(&I::End);
+            code.function(&f);
+        }
+        let mut memory = MemorySection::new();
+        memory.memory(MemoryType {
+            minimum: 1,
+            maximum: None,
+            memory64: false,
+            shared: false,
+            page_size_log2: None,
+        });
+        exports.export("memory", ExportKind::Memory, 0);
+        let mut globals = GlobalSection::new();
+        globals.global(
+            GlobalType {
+                val_type: T::I32,
+                mutable: true,
+                shared: false,
+            },
+            &ConstExpr::i32_const(0),
+        );
+        exports.export("ended", ExportKind::Global, 0);
+        let mut module = Module::new();
+        module
+            .section(&types)
+            .section(&funcs)
+            .section(&memory)
+            .section(&globals)
+            .section(&exports)
+            .section(&code);
+        module.finish()
+    }
+
+    /// Envoy calls the end-of-stream callbacks only when a module exports
+    /// them; so does this host.
+    #[test]
+    fn end_of_stream_callbacks_are_called_only_when_exported() {
+        let dir = std::env::temp_dir().join(format!("pwh-optional-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for optional in [false, true] {
+            let path = dir.join(format!("filter-{optional}.wasm"));
+            std::fs::write(&path, minimal_filter(optional)).unwrap();
+            let module = FilterModule::load(&path).unwrap();
+            let mut plugin = Plugin::with_config(&module, PluginOptions::default(), "{}").unwrap();
+            for _ in 0..2 {
+                let (_, outcome) = plugin.request(&[(":path", "/")]).unwrap();
+                assert!(
+                    matches!(outcome, Outcome::Continued(_)),
+                    "optional={optional}"
+                );
+            }
+            let ended = plugin
+                .instance
+                .get_global(&mut plugin.store, "ended")
+                .unwrap()
+                .get(&mut plugin.store)
+                .i32()
+                .unwrap();
+            // Two streams, three callbacks each when exported.
+            assert_eq!(ended, if optional { 6 } else { 0 });
+            assert!(
+                plugin.store.data().streams.is_empty(),
+                "streams end either way"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
