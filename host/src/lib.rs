@@ -18,8 +18,10 @@
 //!   `KV_URL`),
 //! * `fermyon:spin/variables@2.0.0` and `wasi:config/store` (the same
 //!   variables, all at once with `get-all`): the specification's settings
-//!   that this process's environment sets ([`service_settings`]); the
-//!   component gets no WASI environment variables.
+//!   that this process's environment sets ([`service_settings`]). A
+//!   component's WASI environment variables are its `environment` in the
+//!   manifest, as under `spin up` ([`manifest_environment`]); the
+//!   component reads a setting there when its variable is unset.
 //!
 //! Settings of the host itself: `PORT` (default 3001; 0 picks a free port),
 //! `DATA_DIR` (default `./.data`), `CACHE_DIR` (compiled component, default
@@ -32,7 +34,7 @@
 //! (default `tfa_mailer.wasm` in `COMPONENT_PATH`'s folder; when it is
 //! missing the host serves the API alone and logs that e-mail cannot be
 //! sent), `SPIN_MANIFEST` (default `./spin.toml` when present: each
-//! component's `allowed_outbound_hosts`) and `ALLOWED_OUTBOUND_HOSTS` (its
+//! component's `allowed_outbound_hosts` and `environment`) and `ALLOWED_OUTBOUND_HOSTS` (its
 //! `tcp://` entries for the mailer, the others for the API; the Twilio API
 //! base and the SMTP server named by the service's settings are allowed
 //! without it). Test hook:
@@ -79,7 +81,7 @@ pub mod server;
 pub mod walsync;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -265,8 +267,8 @@ impl HostSettings {
 /// 9 µs of a 45 µs request, `tfa-bench handle`; docs/decisions.md,
 /// "Settings in one host call"). They are not also passed as WASI
 /// environment variables (`spin up` passes only the manifest's
-/// `environment`, which this one does not set): the component would read
-/// the same values a second time.
+/// `environment`, and so does this host): the component would read the
+/// same values a second time.
 pub fn service_settings(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> (BTreeMap<String, String>, Vec<(String, String)>) {
@@ -286,6 +288,42 @@ pub const API_COMPONENT: &str = "two-factor-auth";
 /// The mailer component's id in `spin.toml` (its host name for local
 /// service chaining is `tfa-mailer.spin.internal`).
 pub const MAILER_COMPONENT: &str = "tfa-mailer";
+
+/// The `environment` of the component `id` in the Spin manifest at `path`
+/// (`[component.<id>] environment = { NAME = "value" }`): that component's
+/// WASI environment variables, as `spin up` gives them. Values are taken as
+/// written (Spin expands no templates there); a value that is not a string
+/// is an error, as it is for Spin. None when the component has no
+/// `environment`.
+pub fn manifest_environment(path: &Path, id: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let doc: toml::Table =
+        toml::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))?;
+    let Some(env) = doc
+        .get("component")
+        .and_then(|c| c.get(id))
+        .and_then(|c| c.get("environment"))
+    else {
+        return Ok(Vec::new());
+    };
+    let table = env.as_table().with_context(|| {
+        format!(
+            "{}: environment of [component.{id}] is not a table",
+            path.display()
+        )
+    })?;
+    table
+        .iter()
+        .map(|(k, v)| match v.as_str() {
+            Some(v) => Ok((k.clone(), v.to_string())),
+            None => anyhow::bail!(
+                "{}: environment {k} of [component.{id}] is not a string",
+                path.display()
+            ),
+        })
+        .collect()
+}
 
 /// The allow-lists of the API and the mailer component: each one's
 /// `allowed_outbound_hosts` from the manifest (without one: the Twilio API
@@ -373,11 +411,38 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     let settings = HostSettings::from_env(env)?;
     log::set_level(settings.log_level);
 
+    // Each component's `environment` in spin.toml: its WASI environment,
+    // as under `spin up` (names logged, values may be secrets).
+    let (api_env, mailer_env) = match &settings.manifest {
+        Some(path) => (
+            manifest_environment(path, API_COMPONENT)?,
+            manifest_environment(path, MAILER_COMPONENT)?,
+        ),
+        None => (Vec::new(), Vec::new()),
+    };
+    for (id, vars) in [(API_COMPONENT, &api_env), (MAILER_COMPONENT, &mailer_env)] {
+        if !vars.is_empty() {
+            let names: Vec<&str> = vars.iter().map(|(k, _)| k.as_str()).collect();
+            eprintln!(
+                "tfa-host: environment of {id} from the manifest: {}",
+                names.join(", ")
+            );
+        }
+    }
+
     // The service's own settings: checked here once so problems show at
     // start; the component re-reads them per request (and answers 503 if
-    // they are unusable).
+    // they are unusable). It reads a setting from its environment when its
+    // variable is unset, and so does this check.
     let (variables, set) = service_settings(env);
-    let core_map: BTreeMap<String, String> = set.into_iter().collect();
+    let mut core_map: BTreeMap<String, String> = set.into_iter().collect();
+    for (name, value) in &api_env {
+        if SETTING_NAMES.contains(&name.as_str()) && !value.trim().is_empty() {
+            core_map
+                .entry(name.clone())
+                .or_insert_with(|| value.clone());
+        }
+    }
     let core_config = match tfa_core::Config::from_map(&core_map) {
         Ok(c) => {
             for w in &c.warnings {
@@ -393,7 +458,6 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
 
     // Allowed outbound hosts, per component.
     let (api_allow, mailer_allow) = allow_lists(&settings, core_config.as_ref(), env)?;
-
     // Connect-time SSRF check (host/src/netguard.rs).
     let hooks = netguard::TestHooks::from_env(env).map_err(anyhow::Error::msg)?;
     if hooks.enabled() {
@@ -466,6 +530,7 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
         let shared = Arc::new(runtime::Shared {
             kv: backend.clone(),
             variables: BTreeMap::new(),
+            environment: mailer_env,
             allow: Arc::new(mailer_allow),
             guard: guard.clone(),
             clock_offset,
@@ -494,6 +559,7 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     let shared = Arc::new(runtime::Shared {
         kv: backend.clone(),
         variables,
+        environment: api_env,
         allow: Arc::new(api_allow),
         guard,
         clock_offset,

@@ -91,8 +91,11 @@ pub struct Shared {
     /// The key-value backend behind label `default`.
     pub kv: Arc<dyn KvBackend>,
     /// Spin variables by lower-case name: the settings that are set (see
-    /// [`crate::service_settings`]); the component has no WASI environment.
+    /// [`crate::service_settings`]).
     pub variables: BTreeMap<String, String>,
+    /// The component's WASI environment: its `environment` in the manifest
+    /// ([`crate::manifest_environment`]); usually empty.
+    pub environment: Vec<(String, String)>,
     /// Hosts the component may call.
     pub allow: Arc<AllowList>,
     /// The connect-time SSRF check for outbound HTTP and TCP.
@@ -309,6 +312,9 @@ impl HostState {
         let mut builder = WasiCtx::builder();
         if !shared.clock_offset.is_zero() {
             builder.wall_clock(OffsetClock(shared.clock_offset));
+        }
+        if !shared.environment.is_empty() {
+            builder.envs(&shared.environment);
         }
         let wasi = builder
             .inherit_stdout()
@@ -1188,6 +1194,7 @@ mod tests {
             variables: [("node_env".to_string(), "production".to_string())]
                 .into_iter()
                 .collect(),
+            environment: Vec::new(),
             allow: Arc::new(AllowList::default()),
             guard: Arc::default(),
             clock_offset: Duration::ZERO,

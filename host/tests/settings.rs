@@ -1,11 +1,18 @@
 //! `KV_EMULATE`: its default, its values, a refusal to start on anything
 //! else, and the start-up line that names the effective mode; the parsing
-//! of `MAX_HEAVY_INSTANCES`.
+//! of `MAX_HEAVY_INSTANCES`; each component's `environment` in the
+//! manifest, which becomes its WASI environment as under `spin up`.
+
+// The shared support module's bounded waits read the clock, as the other
+// host tests allow.
+#![allow(clippy::disallowed_methods)]
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
+
+mod support;
 
 use tfa_host::kv::KvEmulation;
 use tfa_host::HostSettings;
@@ -151,4 +158,118 @@ fn the_effective_mode_is_logged_with_the_store() {
         assert_eq!(err.matches("KV_EMULATE=").count(), 1, "{err}");
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// A manifest with the two components, the API's `environment` being
+/// `api_env` (TOML inline-table entries).
+fn manifest(name: &str, api_env: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tfa-manifest-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("spin.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "spin_manifest_version = 2\n[application]\nname = \"t\"\n\
+             [component.two-factor-auth]\nsource = \"spin_app.wasm\"\n\
+             environment = {{ {api_env} }}\n\
+             [component.tfa-mailer]\nsource = \"tfa_mailer.wasm\"\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn the_manifests_environment_reaches_the_component() {
+    let wasm = support::real_component();
+    // NODE_ENV=production from the manifest alone: without its four
+    // signing secrets the service answers 503 to everything.
+    let path = manifest("prod", r#"NODE_ENV = "production""#);
+    let host = support::Host::start(
+        "manifest-prod",
+        &wasm,
+        &[("SPIN_MANIFEST", path.to_str().unwrap())],
+    );
+    let (status, head, body) = host.request("GET", "/api/health", "");
+    assert_eq!(status, 503, "{head}\n{body}");
+    assert!(body.contains(r#""success":false"#), "{body}");
+    host.wait_line(
+        true,
+        "environment of two-factor-auth from the manifest: NODE_ENV",
+        Duration::from_secs(5),
+    )
+    .expect("the names are logged");
+    // The host's own check of the settings sees them as the component does.
+    host.wait_line(
+        true,
+        "every request will be answered 503",
+        Duration::from_secs(5),
+    )
+    .expect("the host's check saw production without secrets");
+    drop(host);
+
+    // With the secrets (and the passkey origin) there too it serves, as production
+    // (Strict-Transport-Security); the values are not logged.
+    let secret = |c: char| c.to_string().repeat(40);
+    let env = format!(
+        r#"NODE_ENV = "production", JWT_ACCESS_SECRET = "{}", JWT_REFRESH_SECRET = "{}", TEMP_TOKEN_SECRET = "{}", DEVICE_TOKEN_SECRET = "{}", WEBAUTHN_RP_ID = "example.com", WEBAUTHN_ORIGINS = "https://example.com""#,
+        secret('a'),
+        secret('b'),
+        secret('c'),
+        secret('d')
+    );
+    let path = manifest("prod-secrets", &env);
+    let host = support::Host::start(
+        "manifest-prod-secrets",
+        &wasm,
+        &[("SPIN_MANIFEST", path.to_str().unwrap())],
+    );
+    let (status, head, body) = host.request("GET", "/api/health", "");
+    assert_eq!(status, 200, "{head}\n{body}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("strict-transport-security"),
+        "{head}"
+    );
+    assert_eq!(
+        host.count_lines(true, &secret('a')) + host.count_lines(false, &secret('a')),
+        0,
+        "a secret was logged"
+    );
+    assert_eq!(
+        host.count_lines(true, "is not set"),
+        0,
+        "the host's check saw the secrets"
+    );
+
+    // Without an `environment`, the same component serves in development.
+    let path = manifest("dev", "");
+    let host = support::Host::start(
+        "manifest-dev",
+        &wasm,
+        &[("SPIN_MANIFEST", path.to_str().unwrap())],
+    );
+    let (status, head, _) = host.request("GET", "/api/health", "");
+    assert_eq!(status, 200, "{head}");
+    assert!(
+        !head
+            .to_ascii_lowercase()
+            .contains("strict-transport-security"),
+        "{head}"
+    );
+}
+
+#[test]
+fn an_environment_value_that_is_not_a_string_refuses_to_start() {
+    let path = manifest("bad", "RATE_LIMIT_ENABLED = false");
+    let (out, dir) = run_host("bad-env", &[("SPIN_MANIFEST", path.to_str().unwrap())]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "environment RATE_LIMIT_ENABLED of [component.two-factor-auth] is not a string"
+        ),
+        "{err}"
+    );
+    assert!(!dir.exists(), "it stopped before opening the store");
 }

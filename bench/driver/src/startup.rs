@@ -31,6 +31,7 @@ pub fn shared(
     Ok(Arc::new(runtime::Shared {
         kv: backend,
         variables,
+        environment: Vec::new(),
         allow: Arc::new(outbound::AllowList::new(Vec::new())),
         guard: Arc::default(),
         clock_offset: std::time::Duration::ZERO,
