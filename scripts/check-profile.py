@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def packages(edges):
     out = subprocess.run(
-        ["cargo", "tree", "--workspace", "--target", "all", "--offline",
+        ["cargo", "tree", "--workspace", "--target", "all", "--locked",
          "-e", edges, "-f", "{p}", "--prefix", "none"],
         cwd=ROOT, check=True, capture_output=True, text=True).stdout
     found = set()
