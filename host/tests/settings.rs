@@ -179,84 +179,69 @@ fn manifest(name: &str, api_env: &str) -> PathBuf {
     path
 }
 
+/// `tfa-host` serving the real component under a manifest whose API
+/// `environment` is `api_env`.
+fn serve_with_environment(name: &str, api_env: &str) -> support::Host {
+    let path = manifest(name, api_env);
+    support::Host::start(
+        &format!("manifest-{name}"),
+        &support::real_component(),
+        &[("SPIN_MANIFEST", path.to_str().unwrap())],
+    )
+}
+
+fn has_hsts(head: &str) -> bool {
+    head.to_ascii_lowercase()
+        .contains("strict-transport-security")
+}
+
 #[test]
 fn the_manifests_environment_reaches_the_component() {
-    let wasm = support::real_component();
     // NODE_ENV=production from the manifest alone: without its four
     // signing secrets the service answers 503 to everything.
-    let path = manifest("prod", r#"NODE_ENV = "production""#);
-    let host = support::Host::start(
-        "manifest-prod",
-        &wasm,
-        &[("SPIN_MANIFEST", path.to_str().unwrap())],
-    );
+    let host = serve_with_environment("prod", r#"NODE_ENV = "production""#);
     let (status, head, body) = host.request("GET", "/api/health", "");
     assert_eq!(status, 503, "{head}\n{body}");
     assert!(body.contains(r#""success":false"#), "{body}");
-    host.wait_line(
-        true,
-        "environment of two-factor-auth from the manifest: NODE_ENV",
-        Duration::from_secs(5),
-    )
-    .expect("the names are logged");
-    // The host's own check of the settings sees them as the component does.
-    host.wait_line(
-        true,
-        "every request will be answered 503",
-        Duration::from_secs(5),
-    )
-    .expect("the host's check saw production without secrets");
+    for (line, what) in [
+        (
+            "environment of two-factor-auth from the manifest: NODE_ENV",
+            "the names are logged",
+        ),
+        (
+            "every request will be answered 503",
+            "the host's own check of the settings saw production without secrets",
+        ),
+    ] {
+        host.wait_line(true, line, Duration::from_secs(5))
+            .expect(what);
+    }
     drop(host);
 
-    // With the secrets (and the passkey origin) there too it serves, as production
-    // (Strict-Transport-Security); the values are not logged.
+    // With the secrets (and the passkey origin) there too it serves, as
+    // production (Strict-Transport-Security); the values are not logged.
     let secret = |c: char| c.to_string().repeat(40);
-    let env = format!(
-        r#"NODE_ENV = "production", JWT_ACCESS_SECRET = "{}", JWT_REFRESH_SECRET = "{}", TEMP_TOKEN_SECRET = "{}", DEVICE_TOKEN_SECRET = "{}", WEBAUTHN_RP_ID = "example.com", WEBAUTHN_ORIGINS = "https://example.com""#,
-        secret('a'),
-        secret('b'),
-        secret('c'),
-        secret('d')
-    );
-    let path = manifest("prod-secrets", &env);
-    let host = support::Host::start(
-        "manifest-prod-secrets",
-        &wasm,
-        &[("SPIN_MANIFEST", path.to_str().unwrap())],
+    let host = serve_with_environment(
+        "prod-secrets",
+        &format!(
+            r#"NODE_ENV = "production", JWT_ACCESS_SECRET = "{}", JWT_REFRESH_SECRET = "{}", TEMP_TOKEN_SECRET = "{}", DEVICE_TOKEN_SECRET = "{}", WEBAUTHN_RP_ID = "example.com", WEBAUTHN_ORIGINS = "https://example.com""#,
+            secret('a'),
+            secret('b'),
+            secret('c'),
+            secret('d')
+        ),
     );
     let (status, head, body) = host.request("GET", "/api/health", "");
-    assert_eq!(status, 200, "{head}\n{body}");
-    assert!(
-        head.to_ascii_lowercase()
-            .contains("strict-transport-security"),
-        "{head}"
-    );
-    assert_eq!(
-        host.count_lines(true, &secret('a')) + host.count_lines(false, &secret('a')),
-        0,
-        "a secret was logged"
-    );
-    assert_eq!(
-        host.count_lines(true, "is not set"),
-        0,
-        "the host's check saw the secrets"
-    );
+    assert_eq!((status, has_hsts(&head)), (200, true), "{head}\n{body}");
+    let logged = |needle: &str| host.count_lines(true, needle) + host.count_lines(false, needle);
+    assert_eq!(logged(&secret('a')), 0, "a secret was logged");
+    assert_eq!(logged("is not set"), 0, "the host's check saw the secrets");
+    drop(host);
 
     // Without an `environment`, the same component serves in development.
-    let path = manifest("dev", "");
-    let host = support::Host::start(
-        "manifest-dev",
-        &wasm,
-        &[("SPIN_MANIFEST", path.to_str().unwrap())],
-    );
+    let host = serve_with_environment("dev", "");
     let (status, head, _) = host.request("GET", "/api/health", "");
-    assert_eq!(status, 200, "{head}");
-    assert!(
-        !head
-            .to_ascii_lowercase()
-            .contains("strict-transport-security"),
-        "{head}"
-    );
+    assert_eq!((status, has_hsts(&head)), (200, false), "{head}");
 }
 
 #[test]
