@@ -20,7 +20,7 @@
 //!   variables, all at once with `get-all`): the specification's settings
 //!   that this process's environment sets ([`service_settings`]). A
 //!   component's WASI environment variables are its `environment` in the
-//!   manifest, as under `spin up` ([`manifest_environment`]); the
+//!   manifest, as under `spin up` ([`manifest::Manifest::environment`]); the
 //!   component reads a setting there when its variable is unset.
 //!
 //! Settings of the host itself: `PORT` (default 3001; 0 picks a free port),
@@ -72,6 +72,7 @@ pub mod gate;
 pub mod hugepages;
 pub mod kv;
 pub mod log;
+pub mod manifest;
 pub mod metrics;
 pub mod netguard;
 pub mod outbound;
@@ -81,7 +82,7 @@ pub mod server;
 pub mod walsync;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -289,42 +290,6 @@ pub const API_COMPONENT: &str = "two-factor-auth";
 /// service chaining is `tfa-mailer.spin.internal`).
 pub const MAILER_COMPONENT: &str = "tfa-mailer";
 
-/// The `environment` of the component `id` in the Spin manifest at `path`
-/// (`[component.<id>] environment = { NAME = "value" }`): that component's
-/// WASI environment variables, as `spin up` gives them. Values are taken as
-/// written (Spin expands no templates there); a value that is not a string
-/// is an error, as it is for Spin. None when the component has no
-/// `environment`.
-pub fn manifest_environment(path: &Path, id: &str) -> anyhow::Result<Vec<(String, String)>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let doc: toml::Table =
-        toml::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))?;
-    let Some(env) = doc
-        .get("component")
-        .and_then(|c| c.get(id))
-        .and_then(|c| c.get("environment"))
-    else {
-        return Ok(Vec::new());
-    };
-    let table = env.as_table().with_context(|| {
-        format!(
-            "{}: environment of [component.{id}] is not a table",
-            path.display()
-        )
-    })?;
-    table
-        .iter()
-        .map(|(k, v)| match v.as_str() {
-            Some(v) => Ok((k.clone(), v.to_string())),
-            None => anyhow::bail!(
-                "{}: environment {k} of [component.{id}] is not a string",
-                path.display()
-            ),
-        })
-        .collect()
-}
-
 /// The allow-lists of the API and the mailer component: each one's
 /// `allowed_outbound_hosts` from the manifest (without one: the Twilio API
 /// and the mailer for the API, nothing for the mailer), then
@@ -333,15 +298,16 @@ pub fn manifest_environment(path: &Path, id: &str) -> anyhow::Result<Vec<(String
 /// base to the API, the SMTP server to the mailer). Both are logged.
 fn allow_lists(
     settings: &HostSettings,
+    manifest: Option<&manifest::Manifest>,
     core_config: Option<&tfa_core::Config>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> anyhow::Result<(outbound::AllowList, outbound::AllowList)> {
     let mut warnings = Vec::new();
-    let (mut api, mut mailer) = match &settings.manifest {
-        Some(path) => (
-            outbound::from_manifest(path, API_COMPONENT, env, &mut warnings)
+    let (mut api, mut mailer) = match manifest {
+        Some(m) => (
+            outbound::from_manifest(m, API_COMPONENT, env, &mut warnings)
                 .map_err(anyhow::Error::msg)?,
-            outbound::from_manifest(path, MAILER_COMPONENT, env, &mut warnings)
+            outbound::from_manifest(m, MAILER_COMPONENT, env, &mut warnings)
                 .map_err(anyhow::Error::msg)?,
         ),
         None => (
@@ -411,12 +377,19 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     let settings = HostSettings::from_env(env)?;
     log::set_level(settings.log_level);
 
+    let manifest = settings
+        .manifest
+        .as_deref()
+        .map(manifest::Manifest::read)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     // Each component's `environment` in spin.toml: its WASI environment,
     // as under `spin up` (names logged, values may be secrets).
-    let (api_env, mailer_env) = match &settings.manifest {
-        Some(path) => (
-            manifest_environment(path, API_COMPONENT)?,
-            manifest_environment(path, MAILER_COMPONENT)?,
+    let (api_env, mailer_env) = match &manifest {
+        Some(m) => (
+            m.environment(API_COMPONENT).map_err(anyhow::Error::msg)?,
+            m.environment(MAILER_COMPONENT)
+                .map_err(anyhow::Error::msg)?,
         ),
         None => (Vec::new(), Vec::new()),
     };
@@ -457,7 +430,9 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     };
 
     // Allowed outbound hosts, per component.
-    let (api_allow, mailer_allow) = allow_lists(&settings, core_config.as_ref(), env)?;
+    let (api_allow, mailer_allow) =
+        allow_lists(&settings, manifest.as_ref(), core_config.as_ref(), env)?;
+
     // Connect-time SSRF check (host/src/netguard.rs).
     let hooks = netguard::TestHooks::from_env(env).map_err(anyhow::Error::msg)?;
     if hooks.enabled() {

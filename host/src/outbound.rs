@@ -9,9 +9,9 @@
 //! refused with `HttpRequestDenied`, which the component sees as an error
 //! value, never a trap.
 
+use crate::manifest::Manifest;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
 
 /// One allowed-host pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,20 +207,17 @@ pub fn expand_template(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Opti
 }
 
 /// Reads the `allowed_outbound_hosts` of the component `id` (`[component.<id>]`)
-/// from the Spin manifest at `path`, resolving templates with
+/// from the Spin manifest, resolving templates with
 /// `env(UPPER_NAME)` and then the manifest's `[variables]` defaults. Entries
 /// that resolve to nothing are skipped; unparseable ones are reported in
 /// `warnings`. A manifest without that component is an error.
 pub fn from_manifest(
-    path: &Path,
+    manifest: &Manifest,
     id: &str,
     env: &dyn Fn(&str) -> Option<String>,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<HostPattern>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let doc: toml::Table =
-        toml::from_str(&text).map_err(|e| format!("cannot parse {}: {e}", path.display()))?;
+    let doc = &manifest.doc;
     let defaults: BTreeMap<String, String> = doc
         .get("variables")
         .and_then(|v| v.as_table())
@@ -238,11 +235,9 @@ pub fn from_manifest(
             .filter(|v| !v.trim().is_empty())
             .or_else(|| defaults.get(name).cloned())
     };
-    let comp = doc
-        .get("component")
-        .and_then(|c| c.as_table())
-        .and_then(|c| c.get(id))
-        .ok_or_else(|| format!("{} has no [component.{id}]", path.display()))?;
+    let comp = manifest
+        .component(id)
+        .ok_or_else(|| format!("{} has no [component.{id}]", manifest.path.display()))?;
     let hosts = comp
         .get("allowed_outbound_hosts")
         .and_then(|h| h.as_array())
@@ -416,19 +411,20 @@ allowed_outbound_hosts = ["tcp://192.0.2.1:25"]
 "#,
         )
         .unwrap();
+        let manifest = Manifest::read(&path).unwrap();
         let mut warnings = Vec::new();
         let env = |n: &str| (n == "EXTRA").then(|| "http://127.0.0.1:8081".to_string());
-        let got = from_manifest(&path, "a", &env, &mut warnings).unwrap();
+        let got = from_manifest(&manifest, "a", &env, &mut warnings).unwrap();
         let raw: Vec<String> = got.iter().map(|p| p.to_string()).collect();
         assert_eq!(raw, ["https://api.twilio.com", "http://127.0.0.1:8081"]);
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         // Each component has its own list.
-        let got = from_manifest(&path, "b", &env, &mut warnings).unwrap();
+        let got = from_manifest(&manifest, "b", &env, &mut warnings).unwrap();
         assert_eq!(got, [HostPattern::parse("tcp://192.0.2.1:25").unwrap()]);
         assert!(got[0].for_tcp() && !got[0].for_http());
         let any = HostPattern::parse("*://*:8080").unwrap();
         assert!(any.for_tcp() && any.for_http());
-        let err = from_manifest(&path, "c", &env, &mut warnings).unwrap_err();
+        let err = from_manifest(&manifest, "c", &env, &mut warnings).unwrap_err();
         assert!(err.ends_with("has no [component.c]"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -94,7 +94,7 @@ pub struct Shared {
     /// [`crate::service_settings`]).
     pub variables: BTreeMap<String, String>,
     /// The component's WASI environment: its `environment` in the manifest
-    /// ([`crate::manifest_environment`]); usually empty.
+    /// ([`crate::manifest::Manifest::environment`]); usually empty.
     pub environment: Vec<(String, String)>,
     /// Hosts the component may call.
     pub allow: Arc<AllowList>,
