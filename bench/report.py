@@ -539,7 +539,10 @@ def main():
         w("call; until 2026-11-26 the host counted")
         w("when it got round to receiving the response, and some rows then included work done")
         w("after it); *in all* adds the work after it (audit records, webhook fan-out, the")
-        w("`sched:next` check). A record update under `tfa_core::lock` costs 4 operations besides")
+        w("`sched:next` check). The host lets one request per `MAINTENANCE_INTERVAL_MS` (1 s)")
+        w("make that check and marks the others to skip it, so a row's last call usually has")
+        w("none; under Spin every request except `GET /health` and `/health/ready` adds that")
+        w("one read. A record update under `tfa_core::lock` costs 4 operations besides")
         w("its read and write (increment, two neighbour reads, delete).\n")
         w("| request | requests | before the response (get/set/delete/increment) | in all | total ops |")
         w("|---|---:|---|---|---:|")
@@ -770,7 +773,7 @@ def main():
         me_r, _ = target_ratio["GET /auth/me"]
         he_r, _ = target_ratio.get("GET /health", (me_r, ""))
         w(f"- **The API over its floor (target 2).** `GET /health` (one store read) reaches "
-          f"{he_r:.0%} of the floor and `GET /auth/me` (three reads) "
+          f"{he_r:.0%} of the floor and `GET /auth/me` (two reads) "
           f"{me_r:.0%}. Most of the gap is the component itself, not its store "
           "work: `/health` makes a single read. The component "
           f"({sizes.get('component', {}).get('bytes', 0) / 1e6:.1f} MB against the floor's "
@@ -791,14 +794,17 @@ def main():
           "response waits for its commit (the writer thread's next transaction), and the "
           "response for one sync of the write-ahead log. "
           "Profiled in the host on 2026-11-27 (`perf record` of `tfa-bench handle` for "
-          "`GET /api/auth/me`), the three reads of `/auth/me` are about 12 % of its CPU, half of "
+          "`GET /api/auth/me`), the three reads `/auth/me` then made were about 12 % of its CPU, half of "
           "it SQLite taking and releasing a read mark of the write-ahead log's index (two `fcntl` "
           "calls per read); SQLite's `unix-excl` VFS, which keeps that index in the process, gave "
           "+3.3 % and +4.6 % (medians of two series of alternating runs at concurrency 32) but "
           "locks every other process out of the file while the host runs, and was not taken "
           "(docs/decisions.md, \"Other processes may open the SQLite file while the host runs\"). "
-          "The read of `sched:next` after each response (is a sweep or a webhook retry due?) is "
-          "another third of the reads; the rest of the gap to the floor is the component's own "
+          "The third, of `sched:next` after each response (is a sweep or a webhook retry due?), "
+          "is made since 2026-11-28 by one request a second on this host (`MAINTENANCE_INTERVAL_MS`; "
+          "under Spin still by every request): +8 % requests/s for `GET /auth/me` at concurrency 32 "
+          "(median of five alternating pairs of runs; docs/decisions.md, \"One queue check per "
+          "interval\"). The rest of the gap to the floor is the component's own "
           "per-request work, spread thin (no function of the component above 3 % of the request).")
     w("- **Where a `POST /2fa/verify` goes (target 2).** Profiled by hand on 2026-11-26, before two "
       "of its store calls were removed the same day (20 then, 18 now: the user record read again for "

@@ -118,6 +118,48 @@ fn probes_cost_one_read_and_idle_requests_one_more() {
     assert_eq!(ops(&h) - before, 1, "and then nothing is due again");
 }
 
+/// Issue #15: a reply whose host skips this request's queue check
+/// (`Reply::skip_maintenance`, what `tfa-host` asks of all but one request a
+/// second) reads nothing after its response, even with a bucket due; its
+/// audit record is still persisted. The next request that checks does the
+/// due work.
+#[test]
+fn a_reply_that_skips_maintenance_reads_nothing_after_its_response() {
+    use tfa_core::testing::{test_config, FailingStore, MemoryStore};
+    let mut h = Harness::with(test_config(&[]), FailingStore::new(MemoryStore::new()));
+    h.call(get("/health/live"));
+    h.call(get("/health/live"));
+    h.advance_secs(31);
+    let ops = |h: &Harness<FailingStore<MemoryStore>>| h.store.ops();
+
+    let mut reply = h.respond(get("/health/live"));
+    assert!(reply.effects.contains(&tfa_core::Effect::Maintenance));
+    reply.skip_maintenance();
+    assert!(!reply.effects.contains(&tfa_core::Effect::Maintenance));
+    let before = ops(&h);
+    h.complete(reply.effects);
+    assert_eq!(ops(&h) - before, 0, "a due bucket, but this request skips");
+
+    // A failed login: its audit record is kept though the check is skipped.
+    let mut reply = h.respond(post(
+        "/auth/login",
+        json!({ "emailOrUsername": "nobody", "password": PASSWORD }),
+    ));
+    assert_eq!(reply.response.status, 401);
+    reply.skip_maintenance();
+    assert!(reply
+        .effects
+        .iter()
+        .any(|e| matches!(e, tfa_core::Effect::Audit(..))));
+
+    let before = ops(&h);
+    h.call(get("/health/live"));
+    assert!(
+        ops(&h) - before > 1,
+        "the next check processes the due bucket"
+    );
+}
+
 /// Issue #15: a `POST /2fa/verify` reads the user record twice (before the
 /// check, and under the lock that spends the code and links the session),
 /// never a third time for the webhook fan-out after the response, and its

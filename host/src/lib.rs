@@ -56,6 +56,11 @@
 //! `MAX_HEAVY_INSTANCES` (default two per core): instances past 4 MiB of
 //! linear memory at once ([`gate`]).
 //!
+//! Queue checks: `MAINTENANCE_INTERVAL_MS` (default 1000; 0: every
+//! request, as on Spin): one request per interval reads whether a webhook
+//! retry or an expiry sweep is due; the others are marked to skip that read
+//! ([`maintenance`]).
+//!
 //! Logs: `LOG_LEVEL` (`error`, `warn`, `info` — the default —, `debug`)
 //! filters the host's lines; `LOG_FORMAT` (`text`, the default, or `json`)
 //! shapes the request line ([`accesslog`]). Metrics: `METRICS_ADDR`
@@ -72,6 +77,7 @@ pub mod gate;
 pub mod hugepages;
 pub mod kv;
 pub mod log;
+pub mod maintenance;
 pub mod manifest;
 pub mod metrics;
 pub mod netguard;
@@ -212,6 +218,9 @@ impl HostSettings {
                     })?,
                 None => gate::default_heavy_instances(),
             },
+            maintenance_interval: std::time::Duration::from_millis(
+                num("MAINTENANCE_INTERVAL_MS")?.unwrap_or(maintenance::DEFAULT_INTERVAL_MS),
+            ),
         };
         Ok(HostSettings {
             limits,
@@ -551,12 +560,13 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     }
     eprintln!(
         "tfa-host: limits: REQUEST_TIMEOUT_MS={} HEADER_READ_TIMEOUT_MS={} IDLE_TIMEOUT_MS={} \
-         MAX_CONNECTIONS={} MAX_HEAVY_INSTANCES={}",
+         MAX_CONNECTIONS={} MAX_HEAVY_INSTANCES={} MAINTENANCE_INTERVAL_MS={}",
         settings.limits.request_timeout.as_millis(),
         settings.limits.header_read_timeout.as_millis(),
         settings.limits.idle_timeout.as_millis(),
         settings.limits.max_connections,
         settings.limits.heavy_instances,
+        settings.limits.maintenance_interval.as_millis(),
     );
     if let Some(addr) = settings.metrics_addr {
         let m = metrics::enable()?;

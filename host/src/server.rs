@@ -54,6 +54,10 @@ pub struct Limits {
     /// Instances of one component past the memory threshold at once
     /// (`MAX_HEAVY_INSTANCES`, [`crate::gate`]).
     pub heavy_instances: usize,
+    /// One request per this interval checks the service's queues after
+    /// its response; zero: every request (`MAINTENANCE_INTERVAL_MS`,
+    /// [`crate::maintenance`]).
+    pub maintenance_interval: Duration,
 }
 
 impl Default for Limits {
@@ -64,6 +68,7 @@ impl Default for Limits {
             idle_timeout: Duration::from_millis(crate::DEFAULT_IDLE_TIMEOUT_MS),
             max_connections: crate::DEFAULT_MAX_CONNECTIONS,
             heavy_instances: crate::gate::default_heavy_instances(),
+            maintenance_interval: Duration::from_millis(crate::maintenance::DEFAULT_INTERVAL_MS),
         }
     }
 }
@@ -117,6 +122,8 @@ pub struct Server {
     /// One permit per running instance, held until its after-response
     /// effects are done; shutdown takes them all to wait for those.
     instances: Arc<Semaphore>,
+    /// Which requests check the service's queues.
+    maintenance: crate::maintenance::Ticker,
 }
 
 fn error_response(status: u16, message: &str) -> hyper::Response<HyperOutgoingBody> {
@@ -143,12 +150,15 @@ impl Server {
         limits: Limits,
         observe: Observe,
     ) -> Server {
+        let maintenance =
+            crate::maintenance::Ticker::new(limits.maintenance_interval, crate::now());
         Server {
             pre,
             shared,
             limits,
             observe,
             instances: Arc::new(Semaphore::new(MAX_INSTANCES as usize)),
+            maintenance,
         }
     }
 
@@ -171,7 +181,7 @@ impl Server {
                 .unwrap_or_else(|_| http::HeaderValue::from_static("invalid")),
         };
         req.headers_mut().insert(REQUEST_ID, request_id.clone());
-        let mut resp = self.run(req, peer, local).await;
+        let mut resp = self.run(req, peer, local, started).await;
         resp.headers_mut().insert(REQUEST_ID, request_id.clone());
         // The component's answer to `spin-tfa-observe`: for the log only.
         let user_id = resp.headers_mut().remove(USER_ID);
@@ -206,6 +216,7 @@ impl Server {
         mut req: hyper::Request<hyper::body::Incoming>,
         peer: SocketAddr,
         local: SocketAddr,
+        arrived: std::time::Instant,
     ) -> hyper::Response<HyperOutgoingBody> {
         // The spin-* headers are the host's to set, never the client's.
         let spin_headers: Vec<_> = req
@@ -223,6 +234,9 @@ impl Server {
         }
         if self.observe.log_format == crate::accesslog::Format::Json {
             headers.insert(OBSERVE, http::HeaderValue::from_static("user"));
+        }
+        if !self.maintenance.check(arrived) {
+            headers.insert(crate::maintenance::HEADER, crate::maintenance::SKIP);
         }
         if !headers.contains_key(http::header::HOST) {
             if let Ok(v) = http::HeaderValue::from_str(&local.to_string()) {

@@ -204,65 +204,134 @@ fn text_lines_are_capped_and_levels_honoured() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("LOG_LEVEL must be"));
 }
 
+/// The `kv-ops` lines of `label` once there are `n` of them (or 5 s passed).
+fn kv_ops(host: &Host, label: &str, n: usize) -> Vec<String> {
+    let needle = format!("kv-ops {label} ");
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let lines: Vec<String> = host
+            .stdout
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| l.split_once(&needle).map(|(_, rest)| rest.to_string()))
+            .collect();
+        if lines.len() >= n || Instant::now() > until {
+            return lines;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The reads of a `kv-ops … total` line, and whether it made nothing else.
+fn total_reads(line: &str) -> (u32, bool) {
+    let rest = line
+        .strip_prefix("total get=")
+        .unwrap_or_else(|| panic!("{line}"));
+    let (gets, others) = rest.split_once(' ').unwrap_or_else(|| panic!("{line}"));
+    let gets = gets.parse().unwrap_or_else(|_| panic!("{line}"));
+    (gets, others == "set=0 delete=0 increment=0 other=0")
+}
+
 /// `KV_COUNT=true` (what `scripts/bench.sh` counts store operations with):
 /// the operations before the response are counted when the component hands
 /// its response over, not when the host gets round to receiving it, by
 /// which time the work after the response may have run. `GET /api/health`
 /// reads the store once before its answer and does nothing after it;
-/// `GET /api/health/live` touches nothing before its answer and reads the
-/// maintenance schedule (`sched:next`) after it.
+/// `GET /api/health/live` touches nothing before its answer and, with
+/// `MAINTENANCE_INTERVAL_MS=0` (every request checks, as under Spin), reads
+/// the maintenance schedule (`sched:next`) after it, even when a client
+/// sends the host's mark to skip that (the host removes a client's `spin-*`
+/// headers).
 #[test]
 fn kv_count_splits_store_operations_at_the_response() {
     let wasm = support::real_component();
-    let host = Host::start("kvcount", &wasm, &[("KV_COUNT", "true")]);
+    let host = Host::start(
+        "kvcount",
+        &wasm,
+        &[("KV_COUNT", "true"), ("MAINTENANCE_INTERVAL_MS", "0")],
+    );
     let rounds = 20;
     for _ in 0..rounds {
         assert_eq!(host.request("GET", "/api/health", "").0, 200);
-        assert_eq!(host.request("GET", "/api/health/live", "").0, 200);
+        let forged = "spin-tfa-maintenance: skip\r\n";
+        assert_eq!(host.request("GET", "/api/health/live", forged).0, 200);
     }
-    let ops = |label: &str| -> Vec<String> {
-        let needle = format!("kv-ops {label} ");
-        let until = Instant::now() + Duration::from_secs(5);
-        loop {
-            let lines: Vec<String> = host
-                .stdout
-                .lock()
-                .unwrap()
-                .iter()
-                .filter_map(|l| l.split_once(&needle).map(|(_, rest)| rest.to_string()))
-                .collect();
-            if lines.len() >= 2 * rounds || Instant::now() > until {
-                return lines;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
     // `total`: the exact reads in all, or None where they vary: after
     // `/health/live` on a fresh store maintenance is due until the sweep
     // has caught up, and such a request reads more (always `sched:next`).
     let check = |label: &str, before: u32, total: Option<u32>| {
-        let lines = ops(label);
+        let lines = kv_ops(&host, label, 2 * rounds);
         assert_eq!(lines.len(), 2 * rounds, "{lines:#?}");
         let nothing_else = "set=0 delete=0 increment=0 other=0";
         for line in &lines {
             if let Some(rest) = line.strip_prefix("before-response get=") {
                 assert_eq!(rest, format!("{before} {nothing_else}"), "{lines:#?}");
-            } else if let Some(total) = total {
-                assert_eq!(
-                    line,
-                    &format!("total get={total} {nothing_else}"),
-                    "{lines:#?}"
-                );
             } else {
-                let gets: u32 = line
-                    .strip_prefix("total get=")
-                    .and_then(|r| r.split(' ').next())
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or_else(|| panic!("{line}"));
-                assert!(gets >= 1, "{lines:#?}");
+                let (reads, only_reads) = total_reads(line);
+                match total {
+                    Some(total) => assert!(reads == total && only_reads, "{lines:#?}"),
+                    None => assert!(reads >= 1, "{lines:#?}"),
+                }
             }
         }
     };
     check("GET /api/health", 1, Some(1));
     check("GET /api/health/live", 0, None);
+}
+
+/// Issue #15: by default one request per `MAINTENANCE_INTERVAL_MS` checks
+/// the service's queues (`sched:next`) after its response and the host marks
+/// the others to skip that read: the host's first request reads it, the
+/// rest of a burst within the interval read nothing after their response,
+/// and once the interval has passed the next request reads it again.
+#[test]
+fn one_request_per_maintenance_interval_checks_the_queues() {
+    let wasm = support::real_component();
+    let host = Host::start(
+        "kvtick",
+        &wasm,
+        &[("KV_COUNT", "true"), ("MAINTENANCE_INTERVAL_MS", "1500")],
+    );
+    let label = "GET /api/health/live";
+    let started = Instant::now();
+    let burst = 10;
+    for _ in 0..burst {
+        assert_eq!(host.request("GET", "/api/health/live", "").0, 200);
+    }
+    let in_burst = started.elapsed();
+    // Per request: whether it touched the store after its response (a check
+    // reads `sched:next`; on a fresh store it also sets up the queues).
+    let totals = |n: usize| -> Vec<bool> {
+        let lines = kv_ops(&host, label, 2 * n);
+        assert_eq!(lines.len(), 2 * n, "{lines:#?}");
+        lines
+            .iter()
+            .filter(|l| l.starts_with("total "))
+            .map(|l| total_reads(l) != (0, true))
+            .collect()
+    };
+    // A request's `total` line comes when its after-response work ends,
+    // so the lines need not be in the requests' order: count them.
+    let checked = |reads: &[bool]| reads.iter().filter(|&&r| r).count();
+    let reads = totals(burst);
+    let in_burst_checks = checked(&reads);
+    if in_burst < Duration::from_millis(1500) {
+        assert_eq!(in_burst_checks, 1, "one check in the burst: {reads:?}");
+    } else {
+        assert!(in_burst_checks >= 1, "{reads:?}");
+    }
+    std::thread::sleep(Duration::from_millis(1600));
+    assert_eq!(host.request("GET", "/api/health/live", "").0, 200);
+    let reads = totals(burst + 1);
+    assert_eq!(
+        checked(&reads),
+        in_burst_checks + 1,
+        "the request after the interval checks: {reads:?}"
+    );
+    assert!(
+        host.wait_line(true, "MAINTENANCE_INTERVAL_MS=1500", Duration::from_secs(1))
+            .is_some(),
+        "the limits line names the interval"
+    );
 }

@@ -26,6 +26,22 @@ const STORE_LABEL: &str = "default";
 /// own id ([`tfa_core::Reply::user_id`] is never set by a failed attempt).
 const OBSERVE_HEADER: &str = "spin-tfa-observe";
 
+/// The request header by which a host says that another request checks the
+/// service's queues often enough (`tfa-host` lets one request a second
+/// check; see [`tfa_core::Reply::skip_maintenance`]). Spin never sets it,
+/// so there every request checks; a client that sets it anyway only skips
+/// its own request's check.
+const MAINTENANCE_HEADER: &str = "spin-tfa-maintenance";
+
+/// What the host asks of this request through its `spin-*` headers.
+#[derive(Default)]
+struct HostHints {
+    /// Report the user id of the reply ([`OBSERVE_HEADER`]).
+    observe: bool,
+    /// Skip the queue check after the response ([`MAINTENANCE_HEADER`]).
+    skip_maintenance: bool,
+}
+
 #[http_component]
 async fn handle(req: IncomingRequest, out: ResponseOutparam) {
     // 1–2. Settings: every variable in one host call (`wasi:config`).
@@ -51,8 +67,7 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
     let service = Service::new(config);
 
     // 3. The request (core never sees `spin-*` headers).
-    let observe = req.headers().has(OBSERVE_HEADER);
-    let request = match read_request(req, service.config()).await {
+    let (request, hints) = match read_request(req, service.config()).await {
         Ok(r) => r,
         Err(early) => {
             send(out, early).await;
@@ -63,7 +78,7 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
     // 4–5. Handle, performing deliveries until there is a reply.
     let store = SpinStore::default();
     let mut rng = WasiRng;
-    let reply = {
+    let mut reply = {
         let mut env = Env {
             store: &store,
             rng: &mut rng,
@@ -92,8 +107,11 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
     // 6. Answer the client (the body is finished when `send` returns). A
     // host that logs the user (tfa-host with LOG_FORMAT=json) asks with
     // `spin-tfa-observe: user` and strips `tfa-user-id` from the response.
+    if hints.skip_maintenance {
+        reply.skip_maintenance();
+    }
     let mut response = reply.response;
-    if let Some(user) = reply.user_id.filter(|_| observe) {
+    if let Some(user) = reply.user_id.filter(|_| hints.observe) {
         response.set_header("tfa-user-id", user);
     }
     send(out, response).await;
@@ -149,16 +167,25 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Turns the incoming request into core's shape, or an early answer.
-async fn read_request(req: IncomingRequest, config: &Config) -> Result<Request, Response> {
+/// Turns the incoming request into core's shape and the host's hints, or an
+/// early answer.
+async fn read_request(
+    req: IncomingRequest,
+    config: &Config,
+) -> Result<(Request, HostHints), Response> {
     let method = req.method().to_string().to_ascii_uppercase();
     let path = req.path_with_query().unwrap_or_else(|| "/".to_string());
     let mut headers = Vec::new();
     let mut peer = None;
+    let mut hints = HostHints::default();
     for (name, value) in req.headers().entries() {
         let value = String::from_utf8_lossy(&value).into_owned();
         if name.eq_ignore_ascii_case("spin-client-addr") {
             peer = Some(util::strip_port(&value));
+        } else if name.eq_ignore_ascii_case(OBSERVE_HEADER) {
+            hints.observe = true;
+        } else if name.eq_ignore_ascii_case(MAINTENANCE_HEADER) {
+            hints.skip_maintenance = value == "skip";
         } else if !name.to_ascii_lowercase().starts_with("spin-") {
             headers.push((name, value));
         }
@@ -189,13 +216,16 @@ async fn read_request(req: IncomingRequest, config: &Config) -> Result<Request, 
             }
         }
     }
-    Ok(Request {
-        method,
-        path,
-        headers,
-        body,
-        peer,
-    })
+    Ok((
+        Request {
+            method,
+            path,
+            headers,
+            body,
+            peer,
+        },
+        hints,
+    ))
 }
 
 /// Writes `response` to the client and finishes its body.

@@ -21,6 +21,19 @@ pub struct Reply {
     pub user_id: Option<String>,
 }
 
+impl Reply {
+    /// Drops this request's check of the time-bucketed queues
+    /// ([`Effect::Maintenance`]: the `sched:next` read after the response),
+    /// for a host that has another request check them often enough.
+    /// `tfa-host` lets one request a second check and marks the others
+    /// (`spin-tfa-maintenance: skip`); Spin marks none, so there every
+    /// request checks. Nothing else after the response changes: audit
+    /// records, webhook fan-out and expiry filings still happen.
+    pub fn skip_maintenance(&mut self) {
+        self.effects.retain(|e| !matches!(e, Effect::Maintenance));
+    }
+}
+
 /// A message the host must deliver before the client is answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Delivery {

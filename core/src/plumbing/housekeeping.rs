@@ -35,8 +35,10 @@
 //!    [`crate::plumbing::records::replace`]) and drop the bucket's keys.
 //!
 //! Every request ticks except `GET /health` and `/health/ready` (probes that
-//! cost one store read), so a deployment whose traffic stops sweeps later; a
-//! scheduler that wants expired keys gone on time can call
+//! cost one store read) and those whose host says another request checks
+//! often enough ([`crate::Reply::skip_maintenance`]: `tfa-host` lets one
+//! request a second tick), so a deployment whose traffic stops sweeps later;
+//! a scheduler that wants expired keys gone on time can call
 //! `GET {base}/health/live` every few minutes.
 
 use crate::contract::error::ApiError;
