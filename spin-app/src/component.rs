@@ -104,12 +104,14 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
         }
     };
 
-    // 6. Answer the client (the body is finished when `send` returns). A
-    // host that logs the user (tfa-host with LOG_FORMAT=json) asks with
-    // `spin-tfa-observe: user` and strips `tfa-user-id` from the response.
+    // A host that has another request check the queues says so.
     if hints.skip_maintenance {
         reply.skip_maintenance();
     }
+
+    // 6. Answer the client (the body is finished when `send` returns). A
+    // host that logs the user (tfa-host with LOG_FORMAT=json) asks with
+    // `spin-tfa-observe: user` and strips `tfa-user-id` from the response.
     let mut response = reply.response;
     if let Some(user) = reply.user_id.filter(|_| hints.observe) {
         response.set_header("tfa-user-id", user);
