@@ -30,7 +30,7 @@ impl Reply {
     /// request checks. Nothing else after the response changes: audit
     /// records, webhook fan-out and expiry filings still happen.
     pub fn skip_maintenance(&mut self) {
-        self.effects.retain(|e| !matches!(e, Effect::Maintenance));
+        Effect::drop_maintenance(&mut self.effects);
     }
 }
 
@@ -83,6 +83,14 @@ pub enum Effect {
     /// the response. Every request asks for it except `GET /health` and
     /// `/health/ready`, whose whole cost is one store read.
     Maintenance,
+}
+
+impl Effect {
+    /// Removes the queue check from `effects` (a probe that asks for none,
+    /// or a request whose host has another one check).
+    pub(crate) fn drop_maintenance(effects: &mut Vec<Effect>) {
+        effects.retain(|e| !matches!(e, Effect::Maintenance));
+    }
 }
 
 /// What a host does after the response: log these lines, then attempt each

@@ -100,7 +100,7 @@ impl<'c, 'e, 'a> Ctx<'c, 'e, 'a> {
     /// This request does not check the queues after its response (see
     /// [`Effect::Maintenance`]).
     pub fn skip_maintenance(&mut self) {
-        self.effects.retain(|e| !matches!(e, Effect::Maintenance));
+        Effect::drop_maintenance(&mut self.effects);
     }
 
     /// A context that resumes a suspended request (`req` is its `req`).
