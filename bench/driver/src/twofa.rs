@@ -269,15 +269,26 @@ struct Prepared {
 /// Logs in every user whose next step is acceptable now and builds its
 /// `/2fa/verify` body (two threads); the users go back to the queue with
 /// that step spent.
+///
+/// At most `o.users` are prepared, each for a different user: a user taken
+/// twice would hold codes of two steps, and the timed part sends the later
+/// one first (it pops from the end), after which the server refuses the
+/// earlier one as a replay.
 fn prepare(o: &Options, port: u16, queue: &Mutex<VecDeque<User>>) -> anyhow::Result<Vec<Prepared>> {
     let out: Mutex<Vec<Prepared>> = Mutex::default();
+    // Slots handed out: checked before taking a user, so the two threads
+    // together never prepare more than `o.users`.
+    let slots = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| -> anyhow::Result<()> {
         let workers: Vec<_> = (0..2)
             .map(|_| {
-                let out = &out;
+                let (out, slots) = (&out, &slots);
                 s.spawn(move || -> anyhow::Result<()> {
                     let mut c = Conn::new(port);
-                    while let Some(mut user) = take(queue) {
+                    while slots.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < o.users {
+                        let Some(mut user) = take(queue) else {
+                            break;
+                        };
                         let login = json!({"emailOrUsername": user.email, "password": PASSWORD})
                             .to_string();
                         let a = c.call("POST", "/api/auth/login", Some(&login), None)?;
@@ -297,9 +308,6 @@ fn prepare(o: &Options, port: u16, queue: &Mutex<VecDeque<User>>) -> anyhow::Res
                             .lock()
                             .map_err(|_| anyhow::anyhow!("poisoned"))?
                             .push_back(user);
-                        if out.lock().map(|v| v.len()).unwrap_or(usize::MAX) >= o.users {
-                            break;
-                        }
                     }
                     Ok(())
                 })
