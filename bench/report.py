@@ -15,6 +15,9 @@ import subprocess
 import sys
 from collections import defaultdict
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hostprofile import CATEGORIES  # noqa: E402  (bench/hostprofile.py)
+
 
 def sh(cmd):
     try:
@@ -51,6 +54,17 @@ def rate(x):
 
 def status(ok):
     return "**met**" if ok else "**not met**"
+
+
+# Workloads of the host profiles (scripts/bench.sh, bench/hostprofile.py), in the
+# order of the table's columns.
+PROFILE_WORKLOADS = {
+    "floor": "floor, `GET /health`",
+    "health": "`GET /health`",
+    "me": "`GET /auth/me`",
+    "verify": "`POST /2fa/verify`",
+    "login": "`POST /auth/login`",
+}
 
 
 def main():
@@ -125,6 +139,7 @@ def main():
     w("the server, so throughput at concurrency 32 is what is left after the client's share.\n")
 
     # ---------------------------------------------------------------- data
+    profiles = {r["workload"]: r for r in by.get("profile", []) if r["requests"] > 0 and r["samples"] > 0}
     core = {}
     for r in by["core"]:
         core[r["variant"]] = {o["name"]: o for o in r["r"]["ops"]}
@@ -556,6 +571,39 @@ def main():
               f"| {fmt(r['before-response']) if 'before-response' in r else '–'} | {fmt(r['total'])} "
               f"| {sum(r['total'].values())} |")
         w("")
+    if profiles:
+        order = [k for k in PROFILE_WORKLOADS if k in profiles]
+        some = profiles[order[0]]
+        w("**Where the host's CPU goes under load** (target 1 asks for this profile; generated in")
+        ver_secs = profiles.get("verify", {}).get("secs")
+        w(f"every run): `perf record -g -F {some['freq']}` of the `tfa-host` process for "
+          f"{some['secs']:g} s while the column's load runs at")
+        w("concurrency 32 (wrk as in the rows above; `/2fa/verify` "
+          + (f"for {ver_secs:g} s " if ver_secs else "")
+          + "during a timed part of")
+        w("`tfa-bench verify`, on its tmpfs host), each sample put in one category by")
+        w("`bench/hostprofile.py` (a user-space sample by the function it was taken in, a kernel one")
+        w("by the system call or fault it served), divided by the requests the host logged while")
+        w("it was recorded: µs of host CPU per request, and the share of the host's CPU. The")
+        w("profiler's own cost is included, so totals are a little above the *host CPU / request*")
+        w("column above. The release component has no symbol names, so its code is one row;")
+        w("the client's CPU (wrk, the driver) is not in the host's profile.\n")
+        w("| where | " + " | ".join(PROFILE_WORKLOADS[k] for k in order) + " |")
+        w("|---|" + "---:|" * len(order))
+        for key, label in CATEGORIES:
+            if not any(profiles[k]["categories"].get(key) for k in order):
+                continue
+            cells = []
+            for k in order:
+                pr = profiles[k]
+                n = pr["categories"].get(key, 0)
+                cells.append(f"{us(n / pr['freq'] / pr['requests'] * 1e6)} ({n / pr['samples']:.0%})")
+            w(f"| {label} | " + " | ".join(cells) + " |")
+        w("| **in all** | " + " | ".join(
+            f"**{us(profiles[k]['samples'] / profiles[k]['freq'] / profiles[k]['requests'] * 1e6)}**"
+            for k in order) + " |")
+        w("| requests in the profile | " + " | ".join(f"{profiles[k]['requests']:,}" for k in order) + " |")
+        w("")
     w("**2FA login** (`tfa-bench 2fa`: its own keep-alive HTTP/1.1 client, one thread per")
     w("connection; many users with TOTP enabled, each code fresh for its user so replay protection")
     w("never refuses one). A flow is `POST /auth/login` (answered with a temporary token) then")
@@ -732,6 +780,37 @@ def main():
 
     # ---------------------------------------------------------------- notes
     w("## Notes on these figures\n")
+    def profile_of(workload, what):
+        """A sentence on this run's generated profile of `workload`, or ""."""
+        p = profiles.get(workload)
+        if not p:
+            return ""
+        per = lambda *ks: sum(p["categories"].get(k, 0) for k in ks) / p["freq"] / p["requests"] * 1e6
+        kernel = [k for k, _ in CATEGORIES if k.startswith("kernel")]
+        return (f" This run's profile (section 2, *Where the host's CPU goes*, generated; the hand-made "
+                f"one above splits finer): {us(per(*[k for k, _ in CATEGORIES]))} of host CPU per {what}: "
+                f"the component's wasm {us(per('wasm'))}, wasmtime {us(per('wasmtime'))}, SQLite's code and "
+                f"the store's file I/O {us(per('sqlite', 'kernel_store', 'kernel_sync'))}, waits, wake-ups and "
+                f"context switches {us(per('kernel_wait'))}, page faults {us(per('kernel_fault'))}, libc's "
+                f"allocator and copies {us(per('libc_mem'))}, the rest of the kernel "
+                f"{us(per(*[k for k in kernel if k not in ('kernel_store', 'kernel_sync', 'kernel_wait', 'kernel_fault')]))}.")
+
+    profile_note = ""
+    fp = profiles.get("floor")
+    if fp:
+        def per(*keys):
+            return sum(fp["categories"].get(k, 0) for k in keys) / fp["freq"] / fp["requests"] * 1e6
+        total = fp["samples"] / fp["freq"] / fp["requests"] * 1e6
+        profile_note = (
+            f"This run's profile of the floor under load (section 2, *Where the host's CPU goes*): "
+            f"{us(total)} of host CPU per request, of which wasmtime's own code "
+            f"{us(per('wasmtime'))}, the floor's compiled wasm {us(per('wasm'))}, libc's allocator "
+            f"and copies {us(per('libc_mem'))}, HTTP and tokio {us(per('http', 'tokio'))}, the "
+            f"host's own code {us(per('host'))}, and the kernel {us(per(*[k for k, _ in CATEGORIES if k.startswith('kernel')]))} "
+            f"(sending the response and waking wrk {us(per('kernel_send'))}, context switches "
+            f"{us(per('kernel_wait'))}, the slot's memory reset {us(per('kernel_memory'))}); hyper's own CPU "
+            f"per request is {us(hy32['cpu_us']) if hy32 and hy32['cpu_us'] else 'about 12 µs'}. "
+        )
     if hy32 and fl32:
         cpu = lambda s: cores * 1e6 / s["rps"]
         w(f"- **Why the host floor stays below hyper (target 1).** At concurrency 32 hyper answers "
@@ -743,8 +822,10 @@ def main():
           + ". The difference is what a fresh wasm instance per request costs: a "
           "pooling slot and instantiation (see `store + instantiate` in section 4), the wasi:http "
           "request and response resources crossing the component boundary, the instance's own "
-          "task, and resetting the slot's touched pages afterwards. The profile (perf, 2 cores, "
-          "before these changes) showed 30 % of the host's CPU in TLB-shootdown interrupts from "
+          "task, and resetting the slot's touched pages afterwards. "
+          + profile_note
+          + "An earlier profile (perf, 2 cores, "
+          "2026-11-26) showed 30 % of the host's CPU in TLB-shootdown interrupts from "
           "the pooling allocator's `madvise` resets; resetting in place (keep-resident + "
           "`PAGEMAP_SCAN`) removed them and doubled the floor's throughput, and moving the request "
           "log off the request path added a third. What remains is flat (no function above 2 %). "
@@ -846,7 +927,7 @@ def main():
       "process-wide allocation and page-cache locks +16–23 %; caching every read in the host "
       "(an upper bound, not kept) +5 %; a memory-mapped database −40 %; a writer that polls for "
       "the next job before sleeping, a larger writer page cache, and savepoint-free writes: no "
-      "change.")
+      "change." + profile_of("verify", "verification"))
     cn1, cf1, cj1 = (wstat("envoy", n, 1) for n in ("no filter", "edge filter", "jwt_authn"))
     cn32, cf32, cj32 = (wstat("envoy", n, 32) for n in ("no filter", "edge filter", "jwt_authn"))
     ce1, ce32 = (wstat("envoy", "empty wasm filter", c) for c in (1, 32))
@@ -998,6 +1079,8 @@ def main():
             ("libc `memmove` for Argon2's block copies (`memory.copy`)", "2.0 %", "0.8 ms"),
             ("the host itself (HTTP, store, instantiation) and the rest of the component", "4.9 %", "2.0 ms")):
         w(f"  | {where} | {share} | {ms} |")
+    if profiles.get("login"):
+        w("\n " + profile_of("login", "login"))
     w("\n  The zero-fill and the block copies are Argon2's own and are in the floor's verify too. "
       "What a login costs beyond the floor is the fresh instance (the kernel zeroing its 19 MiB "
       "as it faults them in, and the faults), the epoch checks that enforce the request deadline "

@@ -302,6 +302,7 @@ disk_pid=$host_pid
 cheap_argon=(ARGON2_MEMORY_KIB=256 ARGON2_ITERATIONS=1)
 ver_port=$(free_port)
 start_host api-verify "$component" "$ver_port" "$shm/verify" "${cheap_argon[@]}"
+ver_pid=$host_pid
 verd_port=$(free_port)
 start_host api-verify-disk "$component" "$verd_port" "$out/api-verify-disk/data" "${cheap_argon[@]}"
 # The physical floor of an HTTP server in Rust: hyper answering a fixed 200
@@ -384,6 +385,73 @@ step "POST /2fa/verify on its own ($VERIFY_USERS users each on tmpfs and on disk
 run "$bench_bin" verify --port "$ver_port,$verd_port" --users "$VERIFY_USERS" --conc 1,32 --runs "$RUNS" --secs "$VERIFY_SECS" >"$out/verify.jsonl" ||
     echo "POST /2fa/verify on its own failed (see $out/api-verify*/host.log); the rows not printed are left out" >&2
 jq -c --argjson disk "$verd_port" 'if .port == $disk then .bench = "2fa_verify_disk" else . end' "$out/verify.jsonl" >>"$results"
+
+# Where the host's CPU goes under load (target 1 asks for this profile):
+# perf samples the host process for PROFILE_SECS while a load runs at
+# concurrency 32; bench/hostprofile.py sorts the samples into categories and
+# the report divides them by the requests the host logged meanwhile. Left
+# out, with a line on stderr, where perf is missing or not allowed.
+PROFILE_FREQ=999
+PROFILE_SECS=5
+[ "$mode" = quick ] && PROFILE_SECS=2
+perf_ok=false
+if command -v perf >/dev/null && perf record -q -o /dev/null -- true >/dev/null 2>&1; then
+    perf_ok=true
+else
+    echo "perf is missing or not allowed here (perf_event_paranoid): no host profiles" >&2
+fi
+logged() { grep -cF -- "$2" "$1" || true; } # requests.log line-prefix -> lines
+profile_window() { # workload pid requests.log line-prefix
+    local data="$out/perf-$1.data" n0 n1
+    n0=$(logged "$3" "$4")
+    perf record -q -F "$PROFILE_FREQ" -g -p "$2" -o "$data" -- sleep "${WINDOW:-$PROFILE_SECS}" >/dev/null 2>&1 || true
+    sleep 0.1 # the access log is written every 20 ms
+    n1=$(logged "$3" "$4")
+    if [ -s "$data" ]; then
+        python3 "$root/bench/hostprofile.py" --data "$data" --workload "$1" --freq "$PROFILE_FREQ" \
+            --secs "${WINDOW:-$PROFILE_SECS}" --requests "$((n1 - n0))" >>"$results" ||
+            echo "host profile $1 could not be read" >&2
+    fi
+    rm -f "$data"
+}
+profile_wrk() { # workload pid requests.log line-prefix url [VAR=value…]
+    local load
+    env "${@:6}" wrk -t2 -c32 -d"$((PROFILE_SECS + 3))s" --timeout 10s -s "$lua" "$5" >/dev/null 2>&1 &
+    load=$!
+    sleep 1.5
+    profile_window "$1" "$2" "$3" "$4"
+    wait "$load" || true
+}
+if $perf_ok; then
+    step "host profiles under load (perf, concurrency 32)"
+    profile_wrk floor "$floor_pid" "$out/floor/requests.log" "GET /api/health " "$flo/health"
+    profile_wrk health "$api_pid" "$out/api/requests.log" "GET /api/health " "$api/health"
+    profile_wrk me "$api_pid" "$out/api/requests.log" "GET /api/auth/me " "$api/auth/me" WRK_TOKEN="$access"
+    profile_wrk login "$api_pid" "$out/api/requests.log" "POST /api/auth/login " "$api/auth/login" \
+        WRK_METHOD=POST WRK_BODY="$login_body"
+    # /2fa/verify: the window opens once the driver's timed part has begun
+    # (its logins are prepared before) and is short enough (2.5 s, 2 s in a
+    # quick run) to close before its users run out (one verification each:
+    # 9,000 users last 4 s at 2,200 verifications a second).
+    "$bench_bin" verify --port "$ver_port" --users "$((VERIFY_USERS * 3 / 2))" --conc 32 --runs 1 \
+        --secs 4 >/dev/null 2>"$out/perf-verify.log" &
+    vload=$!
+    for _ in $(seq 1 1800); do
+        grep -q 'timed part' "$out/perf-verify.log" 2>/dev/null && break
+        kill -0 "$vload" 2>/dev/null || break
+        sleep 0.1
+    done
+    if grep -q 'timed part' "$out/perf-verify.log"; then
+        sleep 0.3
+        WINDOW=2.5
+        [ "$mode" = quick ] && WINDOW=2
+        WINDOW=$WINDOW profile_window verify "$ver_pid" "$out/api-verify/requests.log" "POST /api/2fa/verify "
+    else
+        echo "tfa-bench verify did not reach its timed part: no /2fa/verify profile" >&2
+    fi
+    wait "$vload" || true
+    echo "perf record -q -F $PROFILE_FREQ -g -p <tfa-host> -- sleep $PROFILE_SECS   (during wrk -t2 -c32 on the floor's GET /health, GET /health, GET /auth/me, POST /auth/login; 2.5 s during the timed part of tfa-bench verify --users $((VERIFY_USERS * 3 / 2)) --conc 32 --runs 1 --secs 4); python3 bench/hostprofile.py --data <perf.data> …" >>"$commands"
+fi
 
 step "store operations per request (KV_COUNT=true)"
 kv_port=$(free_port)
