@@ -427,8 +427,12 @@ profile_wrk() { # workload pid requests.log line-prefix url [VAR=value…]
     profile_window "$1" "$2" "$3" "$4"
     wait "$load" || true
 }
+# An access token lives 15 minutes, less than the rows
+# above take: a fresh one, for a new user like the rows' (one session).
+fresh_access() { "$bench_bin" user --port "$api_port" | jq -r .access; }
 if $perf_ok; then
     step "host profiles under load (perf, concurrency 32)"
+    access=$(fresh_access)
     profile_wrk floor "$floor_pid" "$out/floor/requests.log" "GET /api/health " "$flo/health"
     profile_wrk health "$api_pid" "$out/api/requests.log" "GET /api/health " "$api/health"
     profile_wrk me "$api_pid" "$out/api/requests.log" "GET /api/auth/me " "$api/auth/me" WRK_TOKEN="$access"
@@ -498,6 +502,7 @@ run "$bench_bin" 2fa --port "$disk_port" --users "$((TWOFA_USERS / 2))" --conc 1
 sed 's/"bench":"2fa_login"/"bench":"2fa_login_disk"/' "$out/2fa-disk.jsonl" >>"$results"
 
 step "host memory under 100 concurrent connections"
+access=$(fresh_access)
 rss() { awk -v k="$2:" '$1==k {print $2}' "/proc/$1/status"; }
 for what in me login; do
     echo 5 >"/proc/$api_pid/clear_refs" 2>/dev/null || true
