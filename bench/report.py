@@ -583,8 +583,8 @@ def main():
           + "during a timed part of")
         w("`tfa-bench verify`, on its tmpfs host), each sample put in one category by")
         w("`bench/hostprofile.py` (a user-space sample by the function it was taken in, a kernel one")
-        w("by the system call or fault it served), divided by the requests the host logged while")
-        w("it was recorded: µs of host CPU per request, and the share of the host's CPU. The")
+        w("by the system call or fault it served), divided by the requests the host answered with")
+        w("200 while it was recorded: µs of host CPU per request, and the share of the host's CPU. The")
         w("profiler's own cost is included, so totals are a little above the *host CPU / request*")
         w("column above. The release component has no symbol names, so its code is one row;")
         w("the client's CPU (wrk, the driver) is not in the host's profile.\n")
@@ -769,13 +769,15 @@ def main():
         w("(`MAX_INSTANCES`, one pooling-allocator slot each), the rest wait, and at most")
         w("`MAX_HEAVY_INSTANCES` of them (two per core) past 4 MiB of memory. Peak is `VmHWM`, reset")
         w("just before each load.\n")
-        w("| load | RSS before | peak | right after | 10 s after | peak − before |\n|---|---:|---:|---:|---:|---:|")
+        w("| load | RSS before | peak | right after | 10 s after | peak − before | requests | not 2xx |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|")
         for name, label in (("me", "GET /auth/me"), ("login", "POST /auth/login (Argon2: 19 MiB each)")):
             m = memory.get(name)
             if m:
                 a10 = f"{m['after10_kib'] / 1024:,.1f} MiB" if "after10_kib" in m else "–"
                 w(f"| {label} | {m['idle_kib'] / 1024:,.1f} MiB | {m['peak_kib'] / 1024:,.1f} MiB "
-                  f"| {m['after_kib'] / 1024:,.1f} MiB | {a10} | {(m['peak_kib'] - m['idle_kib']) / 1024:,.1f} MiB |")
+                  f"| {m['after_kib'] / 1024:,.1f} MiB | {a10} | {(m['peak_kib'] - m['idle_kib']) / 1024:,.1f} MiB "
+                  f"| {m.get('requests', 0):,} | {m['errors_status'] if 'errors_status' in m else '–'} |")
         w("")
 
     # ---------------------------------------------------------------- notes
