@@ -97,8 +97,10 @@ def classify_user(sym, dso):
     if sym.startswith("sqlite3") or "libsqlite" in dso or (
             dso.startswith("/") and sym in sqlite_functions(dso)):
         return "sqlite"
-    if "libc.so" in dso or MEM.match(sym):
-        return "libc_mem" if MEM.match(sym) else "user_other"
+    if MEM.match(sym):
+        return "libc_mem"
+    if "libc.so" in dso:
+        return "user_other"
     for prefix, cat in (
         ("wasmtime", "wasmtime"), ("cranelift", "wasmtime"), ("<wasmtime", "wasmtime"),
         ("hyper", "http"), ("<hyper", "http"), ("http::", "http"), ("<http::", "http"),
@@ -114,9 +116,8 @@ def classify_user(sym, dso):
     return "user_other"
 
 
-def classify_kernel(frames):
-    """frames: the kernel part of a stack, leaf first."""
-    names = [f for f, _ in frames]
+def classify_kernel(names):
+    """names: the functions of the kernel part of a stack, leaf first."""
     if any(n.startswith("asm_exc_page_fault") or n.startswith("exc_page_fault") for n in names):
         return "kernel_fault"
     for n in names:
@@ -142,12 +143,11 @@ def samples(data):
             continue
         if not line.startswith((" ", "\t")):
             continue  # the sample's header (the thread's name)
-        m = re.match(r"\s*([0-9a-f]+)\s+(.*?)\s+\((.*)\)\s*$", line)
+        m = re.match(r"\s*[0-9a-f]+\s+(.*?)\s+\((.*)\)\s*$", line)
         if not m:
             continue
-        addr, sym, dso = m.groups()
-        sym = re.sub(r"\+0x[0-9a-f]+$", "", sym)
-        stack.append((sym, dso, int(addr, 16)))
+        sym, dso = m.groups()
+        stack.append((re.sub(r"\+0x[0-9a-f]+$", "", sym), dso))
     if stack:
         yield stack
 
@@ -164,10 +164,9 @@ def main():
     total = 0
     for stack in samples(a.data):
         total += 1
-        sym, dso, _ = stack[0]
+        sym, dso = stack[0]
         if dso == "[kernel.kallsyms]":
-            kernel = [(s, d) for s, d, _ in stack if d == "[kernel.kallsyms]"]
-            counts[classify_kernel(kernel)] += 1
+            counts[classify_kernel([s for s, d in stack if d == "[kernel.kallsyms]"])] += 1
         else:
             counts[classify_user(sym, dso)] += 1
     json.dump(
