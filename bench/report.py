@@ -65,6 +65,14 @@ PROFILE_WORKLOADS = {
     "verify": "`POST /2fa/verify`",
     "login": "`POST /auth/login`",
 }
+KERNEL = [k for k, _ in CATEGORIES if k.startswith("kernel")]
+
+
+def profile_us(p, *keys):
+    """µs of host CPU per request in profile `p` in categories `keys`
+    (all of its samples without any)."""
+    n = sum(p["categories"].get(k, 0) for k in keys) if keys else p["samples"]
+    return n / p["freq"] / p["requests"] * 1e6
 
 
 def main():
@@ -593,15 +601,10 @@ def main():
         for key, label in CATEGORIES:
             if not any(profiles[k]["categories"].get(key) for k in order):
                 continue
-            cells = []
-            for k in order:
-                pr = profiles[k]
-                n = pr["categories"].get(key, 0)
-                cells.append(f"{us(n / pr['freq'] / pr['requests'] * 1e6)} ({n / pr['samples']:.0%})")
+            cells = [f"{us(profile_us(profiles[k], key))} "
+                     f"({profiles[k]['categories'].get(key, 0) / profiles[k]['samples']:.0%})" for k in order]
             w(f"| {label} | " + " | ".join(cells) + " |")
-        w("| **in all** | " + " | ".join(
-            f"**{us(profiles[k]['samples'] / profiles[k]['freq'] / profiles[k]['requests'] * 1e6)}**"
-            for k in order) + " |")
+        w("| **in all** | " + " | ".join(f"**{us(profile_us(profiles[k]))}**" for k in order) + " |")
         w("| requests in the profile | " + " | ".join(f"{profiles[k]['requests']:,}" for k in order) + " |")
         w("")
     w("**2FA login** (`tfa-bench 2fa`: its own keep-alive HTTP/1.1 client, one thread per")
@@ -787,28 +790,25 @@ def main():
         p = profiles.get(workload)
         if not p:
             return ""
-        per = lambda *ks: sum(p["categories"].get(k, 0) for k in ks) / p["freq"] / p["requests"] * 1e6
-        kernel = [k for k, _ in CATEGORIES if k.startswith("kernel")]
+        per = lambda *ks: profile_us(p, *ks)
         return (f" This run's profile (section 2, *Where the host's CPU goes*, generated; the hand-made "
-                f"one above splits finer): {us(per(*[k for k, _ in CATEGORIES]))} of host CPU per {what}: "
+                f"one above splits finer): {us(per())} of host CPU per {what}: "
                 f"the component's wasm {us(per('wasm'))}, wasmtime {us(per('wasmtime'))}, SQLite's code and "
                 f"the store's file I/O {us(per('sqlite', 'kernel_store', 'kernel_sync'))}, waits, wake-ups and "
                 f"context switches {us(per('kernel_wait'))}, page faults {us(per('kernel_fault'))}, libc's "
                 f"allocator and copies {us(per('libc_mem'))}, the rest of the kernel "
-                f"{us(per(*[k for k in kernel if k not in ('kernel_store', 'kernel_sync', 'kernel_wait', 'kernel_fault')]))}.")
+                f"{us(per(*[k for k in KERNEL if k not in ('kernel_store', 'kernel_sync', 'kernel_wait', 'kernel_fault')]))}.")
 
     profile_note = ""
     fp = profiles.get("floor")
     if fp:
-        def per(*keys):
-            return sum(fp["categories"].get(k, 0) for k in keys) / fp["freq"] / fp["requests"] * 1e6
-        total = fp["samples"] / fp["freq"] / fp["requests"] * 1e6
+        per = lambda *ks: profile_us(fp, *ks)
         profile_note = (
             f"This run's profile of the floor under load (section 2, *Where the host's CPU goes*): "
-            f"{us(total)} of host CPU per request, of which wasmtime's own code "
+            f"{us(per())} of host CPU per request, of which wasmtime's own code "
             f"{us(per('wasmtime'))}, the floor's compiled wasm {us(per('wasm'))}, libc's allocator "
             f"and copies {us(per('libc_mem'))}, HTTP and tokio {us(per('http', 'tokio'))}, the "
-            f"host's own code {us(per('host'))}, and the kernel {us(per(*[k for k, _ in CATEGORIES if k.startswith('kernel')]))} "
+            f"host's own code {us(per('host'))}, and the kernel {us(per(*KERNEL))} "
             f"(sending the response and waking wrk {us(per('kernel_send'))}, context switches "
             f"{us(per('kernel_wait'))}, the slot's memory reset {us(per('kernel_memory'))}); hyper's own CPU "
             f"per request is {us(hy32['cpu_us']) if hy32 and hy32['cpu_us'] else 'about 12 µs'}. "
