@@ -892,7 +892,16 @@ def main():
           "under Spin still by every request): +8 % requests/s for `GET /auth/me` at concurrency 32 "
           "(median of five alternating pairs of runs; docs/decisions.md, \"One queue check per "
           "interval\"). The rest of the gap to the floor is the component's own "
-          "per-request work, spread thin (no function of the component above 3 % of the request).")
+          "per-request work, spread thin. Profiled by function on 2026-11-28 (`perf record -g` of "
+          "`tfa-host` for 5 s of wrk at concurrency 32, about 27,000 requests, serving a build of "
+          "the same code that keeps its function names; README, \"Benchmarks\"), the component's "
+          "wasm was 21 % of the host's 318 µs of CPU per `GET /auth/me`: JSON decoding and encoding "
+          "(the session and user records, the token, the response) 4.2 %, the allocator (wasi-libc's "
+          "dlmalloc) 3.6 %, the HTTP glue of `spin_app` 3.1 %, formatting, string and memory helpers "
+          "2.8 %, the token's MAC, base64 and claims 2.4 %, the settings 1.6 %, the records' own code "
+          "0.9 %, the rest 2.1 %; no function above 2.2 % (the inlined entry point). Putting `talc`, "
+          "a WebAssembly allocator, in place of dlmalloc cost 22 % of the requests/s (docs/decisions.md, "
+          "\"The component's allocator stays wasi-libc's dlmalloc\").")
     w("- **Where a `POST /2fa/verify` goes (target 2).** Profiled by hand on 2026-11-26, before two "
       "of its store calls were removed the same day (20 then, 18 now: the user record read again for "
       "the webhook fan-out, and the attempt counter read before its increment; that change alone "
