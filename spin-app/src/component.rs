@@ -207,33 +207,23 @@ async fn read_request(
         }
     }
     let mut body = Vec::new();
-    if !util::may_have_body(&method, &headers) {
-        return Ok((
-            Request {
-                method,
-                path,
-                headers,
-                body,
-                peer,
-            },
-            hints,
-        ));
-    }
-    let mut stream = req.into_body_stream();
-    while let Some(chunk) = stream.next().await {
-        match chunk {
-            Ok(bytes) => {
-                body.extend_from_slice(&bytes);
-                if body.len() > web::MAX_BODY_BYTES {
-                    return Err(web::host_error(&ApiError::BodyTooLarge, Some(config)));
+    if util::may_have_body(&method, &headers) {
+        let mut stream = req.into_body_stream();
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(bytes) => {
+                    body.extend_from_slice(&bytes);
+                    if body.len() > web::MAX_BODY_BYTES {
+                        return Err(web::host_error(&ApiError::BodyTooLarge, Some(config)));
+                    }
                 }
-            }
-            Err(e) => {
-                eprintln!("tfa: could not read the request body: {e}");
-                return Err(web::host_error(
-                    &ApiError::Validation("could not read the request body".into()),
-                    Some(config),
-                ));
+                Err(e) => {
+                    eprintln!("tfa: could not read the request body: {e}");
+                    return Err(web::host_error(
+                        &ApiError::Validation("could not read the request body".into()),
+                        Some(config),
+                    ));
+                }
             }
         }
     }
