@@ -20,7 +20,8 @@
 //! as [`Delivery`] values for the host to send. Logging is returned as lines.
 //!
 //! # How a host drives it
-//! 1. Once: parse settings with [`Config::from_map`] (on error, answer every
+//! 1. Once: parse settings with [`Config::from_settings`] (or
+//!    [`Config::from_map`]; on error, answer every
 //!    request with [`Service::unavailable_response`] and log the reason), log
 //!    [`Config::warnings`], build a [`Service`].
 //! 2. Per request: read the clock once, build an [`Env`] and a [`Request`],

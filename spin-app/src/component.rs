@@ -52,10 +52,9 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
         .map(|(_, value)| value.clone());
     let env = std::env::vars_os()
         .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)));
-    let mut settings =
-        util::collect_settings(tfa_core::contract::config::SETTING_NAMES, variables, env);
+    let mut settings = util::collect_settings(variables, env);
     let smtp_address = util::smtp_address(&mut settings, outbound_host.as_deref());
-    let config = match Config::from_map(&settings) {
+    let config = match Config::from_settings(&settings) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("tfa: refusing requests: {e}");

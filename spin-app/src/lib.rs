@@ -9,7 +9,7 @@
 //!    sets). Empty values count as unset. The variables come in one host
 //!    call, `wasi:config/store.get-all` (Spin 3.x and 4.x); only if that
 //!    fails are they asked one by one (`spin_sdk::variables::get`).
-//! 2. **Parse them** with [`tfa_core::Config::from_map`]. On error it answers
+//! 2. **Parse them** with [`tfa_core::Config::from_settings`]. On error it answers
 //!    503 `{"success":false,"error":"Service unavailable"}` and logs the
 //!    reason to stderr.
 //! 3. **Build a [`tfa_core::Request`]**: method, path and query, headers

@@ -1,6 +1,6 @@
 //! Target-independent helpers of the host driver.
 
-use std::collections::BTreeMap;
+use tfa_core::contract::config::{Settings, SETTING_NAMES};
 
 /// The most bytes one `wasi:io` `blocking-write-and-flush` call may take:
 /// bodies (the API's responses, outbound request bodies) are written in
@@ -37,37 +37,39 @@ pub fn may_have_body(method: &str, headers: &[(String, String)]) -> bool {
 
 /// Collects the settings from the component's variables (`variables`:
 /// name and value pairs, names in lower case as Spin spells them) and its
-/// environment (`env`: NAME and value pairs): for each specification name,
-/// its variable, else its environment variable. Empty (or blank) values
-/// count as unset; pairs that name no setting are ignored.
+/// environment (`env`: NAME and value pairs): for each setting of
+/// [`SETTING_NAMES`], its variable, else its environment variable. Empty
+/// (or blank) values count as unset; pairs that name no setting are
+/// ignored.
 ///
 /// Each list is walked once and blank values are dropped before any name is
 /// compared: a request pays for the few settings that are set, not for
 /// every variable the manifest declares (Spin's `get-all` lists all of
-/// them, most empty).
+/// them, most empty). Values are moved into their slots, not copied.
 pub fn collect_settings(
-    names: &[&str],
     variables: impl IntoIterator<Item = (String, String)>,
     env: impl IntoIterator<Item = (String, String)>,
-) -> BTreeMap<String, String> {
-    let mut map = BTreeMap::new();
+) -> Settings {
+    let mut settings = Settings::new();
     for (key, value) in variables {
         if value.trim().is_empty() {
             continue;
         }
-        if let Some(name) = names.iter().find(|n| is_variable_of(&key, n)) {
-            map.insert((*name).to_string(), value);
+        if let Some(slot) = SETTING_NAMES.iter().position(|n| is_variable_of(&key, n)) {
+            settings.set_slot(slot, value);
         }
     }
     for (key, value) in env {
         if value.trim().is_empty() {
             continue;
         }
-        if let Some(name) = names.iter().find(|n| **n == key) {
-            map.entry((*name).to_string()).or_insert(value);
+        if let Some(slot) = Settings::slot(&key) {
+            if !settings.is_set(SETTING_NAMES[slot]) {
+                settings.set_slot(slot, value);
+            }
         }
     }
-    map
+    settings
 }
 
 /// Whether `variable` is the Spin variable of setting `name`: the same
@@ -95,10 +97,7 @@ fn is_variable_of(variable: &str, name: &str) -> bool {
 ///
 /// Anything else (unset, the manifest's `tcp://smtp.invalid:587` default, a
 /// name, a range or wildcard) changes nothing and gives `None`.
-pub fn smtp_address(
-    settings: &mut BTreeMap<String, String>,
-    entry: Option<&str>,
-) -> Option<std::net::SocketAddr> {
+pub fn smtp_address(settings: &mut Settings, entry: Option<&str>) -> Option<std::net::SocketAddr> {
     let rest = entry?.trim().strip_prefix("tcp://")?;
     let rest = rest.strip_suffix('/').unwrap_or(rest);
     let (host, port) = rest.rsplit_once(':')?;
@@ -108,11 +107,11 @@ pub fn smtp_address(
         Some(v6) => v6.parse::<std::net::Ipv6Addr>().ok()?.into(),
         None => host.parse::<std::net::Ipv4Addr>().ok()?.into(),
     };
-    if !settings.contains_key("EMAIL_HOST") && !settings.contains_key("EMAIL_SERVICE") {
-        settings.insert("EMAIL_HOST".into(), ip.to_string());
-        settings
-            .entry("EMAIL_PORT".into())
-            .or_insert_with(|| port.to_string());
+    if !settings.is_set("EMAIL_HOST") && !settings.is_set("EMAIL_SERVICE") {
+        settings.set("EMAIL_HOST", ip.to_string());
+        if !settings.is_set("EMAIL_PORT") {
+            settings.set("EMAIL_PORT", port.to_string());
+        }
     }
     Some(std::net::SocketAddr::new(ip, port))
 }
@@ -244,38 +243,47 @@ mod tests {
 
     #[test]
     fn settings_prefer_variables_and_skip_empty() {
-        let names = ["A_B", "C", "D", "E", "F"];
         let pairs = |p: &[(&str, &str)]| -> Vec<(String, String)> {
             p.iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect()
         };
         let vars = pairs(&[
-            ("a_b", "var"),
-            ("c", " "),
-            ("f", ""),
+            ("jwt_issuer", "var"),
+            ("port", " "),
+            ("log_level", ""),
             ("unrelated", "x"),
-            ("A_B", "upper case is not a variable name"),
+            ("TOTP_ISSUER", "upper case is not a variable name"),
         ]);
         let env = pairs(&[
-            ("A_B", "env"),
-            ("C", "env-c"),
-            ("D", ""),
-            ("F", "env-f"),
-            ("e", "lower case is not the setting's name"),
+            ("JWT_ISSUER", "env"),
+            ("PORT", "4000"),
+            ("NODE_ENV", ""),
+            ("LOG_LEVEL", "debug"),
+            ("jwt_audience", "lower case is not the setting's name"),
+            ("UNRELATED", "y"),
         ]);
-        let m = collect_settings(&names, vars, env);
-        assert_eq!(m.get("A_B").map(String::as_str), Some("var"));
-        assert_eq!(m.get("C").map(String::as_str), Some("env-c"));
-        assert_eq!(m.get("F").map(String::as_str), Some("env-f"));
-        assert!(!m.contains_key("D"));
-        assert!(!m.contains_key("E"));
-        assert_eq!(m.len(), 3, "{m:?}");
+        let s = collect_settings(vars, env);
+        assert_eq!(s.get("JWT_ISSUER"), Some("var"));
+        assert_eq!(s.get("PORT"), Some("4000"));
+        assert_eq!(s.get("LOG_LEVEL"), Some("debug"));
+        let set: Vec<&str> = SETTING_NAMES
+            .iter()
+            .copied()
+            .filter(|n| s.is_set(n))
+            .collect();
+        assert_eq!(set, ["PORT", "JWT_ISSUER", "LOG_LEVEL"]);
     }
 
     #[test]
     fn the_smtp_address_comes_from_an_ip_entry_only() {
-        let mut none = BTreeMap::new();
+        let set = |s: &Settings| -> Vec<(&str, String)> {
+            SETTING_NAMES
+                .iter()
+                .filter_map(|n| Some((*n, s.get(n)?.to_string())))
+                .collect()
+        };
+        let mut none = Settings::new();
         for entry in [
             None,
             Some("tcp://smtp.invalid:587"),
@@ -290,21 +298,34 @@ mod tests {
         ] {
             assert_eq!(smtp_address(&mut none, entry), None, "{entry:?}");
         }
-        assert!(none.is_empty());
+        assert!(set(&none).is_empty());
 
         // Alone, it is the server.
-        let mut alone = BTreeMap::new();
+        let mut alone = Settings::new();
         let a = smtp_address(&mut alone, Some(" tcp://203.0.113.7:2525 "));
         assert_eq!(a, Some("203.0.113.7:2525".parse().unwrap()));
-        assert_eq!(alone["EMAIL_HOST"], "203.0.113.7");
-        assert_eq!(alone["EMAIL_PORT"], "2525");
+        assert_eq!(
+            set(&alone),
+            [
+                ("EMAIL_HOST", "203.0.113.7".to_string()),
+                ("EMAIL_PORT", "2525".to_string())
+            ]
+        );
+
+        // An EMAIL_PORT of its own stays.
+        let mut port = Settings::new();
+        port.set("EMAIL_PORT", "25");
+        smtp_address(&mut port, Some("tcp://203.0.113.7:2525"));
+        assert_eq!(port.get("EMAIL_PORT"), Some("25"));
+        assert_eq!(port.get("EMAIL_HOST"), Some("203.0.113.7"));
 
         // Beside EMAIL_HOST (or a preset), only the address to connect to.
         for key in ["EMAIL_HOST", "EMAIL_SERVICE"] {
-            let mut named = BTreeMap::from([(key.to_string(), "smtp.example.com".to_string())]);
+            let mut named = Settings::new();
+            named.set(key, "smtp.example.com");
             let a = smtp_address(&mut named, Some("tcp://[2001:db8::7]:465"));
             assert_eq!(a, Some("[2001:db8::7]:465".parse().unwrap()));
-            assert_eq!(named.len(), 1, "{named:?}");
+            assert_eq!(set(&named), [(key, "smtp.example.com".to_string())]);
         }
     }
 

@@ -168,49 +168,193 @@ pub const EMAIL_SERVICES: &[(&str, &str, u16)] = &[
     ("ses", "email-smtp.us-east-1.amazonaws.com", 465),
 ];
 
-fn get<'a>(vars: &'a BTreeMap<String, String>, name: &str) -> Option<&'a str> {
-    vars.get(name).map(|v| v.trim()).filter(|v| !v.is_empty())
+/// How many settings there are: the slots of a [`Settings`].
+const SETTING_COUNT: usize = SETTING_NAMES.len();
+
+/// Setting values, one slot per entry of [`SETTING_NAMES`]: what a host
+/// collects and [`Config::from_settings`] parses.
+///
+/// A lookup while parsing is an index fixed at compile time, not a string
+/// comparison: the Spin component parses its settings on every request
+/// (a fresh instance each time), and the name-keyed map this replaces cost
+/// it 12,700 more instructions per request, in string compares and the
+/// map's allocations (docs/decisions.md, "The component's per-request work, counted in
+/// instructions"). Deliberately not `Debug`: it holds the secrets.
+#[derive(Clone)]
+pub struct Settings {
+    values: [Option<String>; SETTING_COUNT],
 }
 
-fn parse_bool(
-    vars: &BTreeMap<String, String>,
-    name: &str,
-    default: bool,
-) -> Result<bool, ConfigError> {
-    match get(vars, name).map(|v| v.to_ascii_lowercase()) {
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            values: std::array::from_fn(|_| None),
+        }
+    }
+}
+
+impl Settings {
+    /// No setting set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The slot of `name` (the specification's spelling) in
+    /// [`SETTING_NAMES`], if it names a setting.
+    pub fn slot(name: &str) -> Option<usize> {
+        SETTING_NAMES.iter().position(|n| *n == name)
+    }
+
+    /// The slot of `name`, for use in constants: a name that is not in
+    /// [`SETTING_NAMES`] stops the build (or panics, at run time).
+    const fn slot_of(name: &str) -> usize {
+        let mut i = 0;
+        while i < SETTING_COUNT {
+            let n = SETTING_NAMES[i].as_bytes();
+            let b = name.as_bytes();
+            if n.len() == b.len() {
+                let mut j = 0;
+                while j < n.len() && n[j] == b[j] {
+                    j += 1;
+                }
+                if j == n.len() {
+                    return i;
+                }
+            }
+            i += 1;
+        }
+        panic!("not a setting name")
+    }
+
+    /// Sets the setting in `slot` (an index into [`SETTING_NAMES`], as
+    /// [`Settings::slot`] gives it). A slot out of range is ignored.
+    pub fn set_slot(&mut self, slot: usize, value: String) {
+        if let Some(v) = self.values.get_mut(slot) {
+            *v = Some(value);
+        }
+    }
+
+    /// Sets setting `name`; `false` (and nothing kept) when `name` is not
+    /// a setting.
+    pub fn set(&mut self, name: &str, value: impl Into<String>) -> bool {
+        match Self::slot(name) {
+            Some(slot) => {
+                self.values[slot] = Some(value.into());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The value of setting `name` as it was set (blank values included);
+    /// `None` when unset or not a setting.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values[Self::slot(name)?].as_deref()
+    }
+
+    /// Whether setting `name` has a value (blank or not).
+    pub fn is_set(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// The settings of a name → value map; keys that name no setting are
+    /// ignored.
+    pub fn from_map(vars: &BTreeMap<String, String>) -> Settings {
+        let mut settings = Settings::new();
+        for (name, value) in vars {
+            settings.set(name, value.as_str());
+        }
+        settings
+    }
+
+    /// The trimmed value in `slot`; blank counts as unset.
+    fn value(&self, slot: usize) -> Option<&str> {
+        self.values[slot]
+            .as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    }
+}
+
+/// The slot of a setting name, resolved at compile time.
+macro_rules! slot {
+    ($name:literal) => {
+        const { Settings::slot_of($name) }
+    };
+}
+
+/// The slots of [`SECRET_NAMES`], in their order.
+const SECRET_SLOTS: [usize; 4] = {
+    let mut slots = [0; 4];
+    let mut i = 0;
+    while i < 4 {
+        slots[i] = Settings::slot_of(SECRET_NAMES[i]);
+        i += 1;
+    }
+    slots
+};
+
+fn get(vars: &Settings, slot: usize) -> Option<&str> {
+    vars.value(slot)
+}
+
+fn parse_bool(vars: &Settings, slot: usize, default: bool) -> Result<bool, ConfigError> {
+    match get(vars, slot) {
         None => Ok(default),
-        Some(v) => match v.as_str() {
-            "true" | "1" | "yes" | "on" => Ok(true),
-            "false" | "0" | "no" | "off" => Ok(false),
-            _ => Err(ConfigError(format!("{name} must be true or false"))),
-        },
+        Some(v) => {
+            if ["true", "1", "yes", "on"]
+                .iter()
+                .any(|t| v.eq_ignore_ascii_case(t))
+            {
+                Ok(true)
+            } else if ["false", "0", "no", "off"]
+                .iter()
+                .any(|f| v.eq_ignore_ascii_case(f))
+            {
+                Ok(false)
+            } else {
+                Err(ConfigError(format!(
+                    "{} must be true or false",
+                    SETTING_NAMES[slot]
+                )))
+            }
+        }
     }
 }
 
 fn parse_num<T: std::str::FromStr>(
-    vars: &BTreeMap<String, String>,
-    name: &str,
+    vars: &Settings,
+    slot: usize,
     default: T,
 ) -> Result<T, ConfigError> {
-    match get(vars, name) {
+    match get(vars, slot) {
         None => Ok(default),
-        Some(v) => v
-            .parse()
-            .map_err(|_| ConfigError(format!("{name} must be a whole number in range"))),
+        Some(v) => v.parse().map_err(|_| {
+            ConfigError(format!(
+                "{} must be a whole number in range",
+                SETTING_NAMES[slot]
+            ))
+        }),
     }
 }
 
 impl Config {
-    /// Parses settings from `vars` (keys are the specification's names).
-    /// In production, refuses missing, short (< 32 characters) or repeated
-    /// secrets.
+    /// Parses settings from `vars` (keys are the specification's names;
+    /// others are ignored): [`Config::from_settings`] of
+    /// [`Settings::from_map`].
     pub fn from_map(vars: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
+        Self::from_settings(&Settings::from_map(vars))
+    }
+
+    /// Parses `vars`. Blank values count as unset. In production, refuses
+    /// missing, short (< 32 characters) or repeated secrets.
+    pub fn from_settings(vars: &Settings) -> Result<Config, ConfigError> {
         // Any spelling of "production" selects the strict mode: a typo in case
         // must not quietly start a production deployment with generated secrets.
         let production =
-            get(vars, "NODE_ENV").is_some_and(|v| v.eq_ignore_ascii_case("production"));
+            get(vars, slot!("NODE_ENV")).is_some_and(|v| v.eq_ignore_ascii_case("production"));
         let mut warnings = Vec::new();
-        let secrets = SECRET_NAMES.map(|n| get(vars, n).map(str::to_string));
+        let secrets = SECRET_SLOTS.map(|slot| get(vars, slot).map(str::to_string));
         for (i, name) in SECRET_NAMES.iter().enumerate() {
             match &secrets[i] {
                 None if production => {
@@ -239,7 +383,7 @@ impl Config {
             }
         }
 
-        let base_path = match get(vars, "API_BASE_PATH") {
+        let base_path = match get(vars, slot!("API_BASE_PATH")) {
             None => "/api".to_string(),
             Some(p) => {
                 let p = p.trim_end_matches('/');
@@ -259,7 +403,7 @@ impl Config {
             }
         };
 
-        let cors_origins = get(vars, "CORS_ORIGINS")
+        let cors_origins = get(vars, slot!("CORS_ORIGINS"))
             .map(|v| {
                 v.split(',')
                     .map(|o| o.trim().trim_end_matches('/').to_string())
@@ -269,15 +413,15 @@ impl Config {
             .unwrap_or_default();
 
         let twilio = match (
-            get(vars, "TWILIO_ACCOUNT_SID"),
-            get(vars, "TWILIO_AUTH_TOKEN"),
-            get(vars, "TWILIO_PHONE_NUMBER"),
+            get(vars, slot!("TWILIO_ACCOUNT_SID")),
+            get(vars, slot!("TWILIO_AUTH_TOKEN")),
+            get(vars, slot!("TWILIO_PHONE_NUMBER")),
         ) {
             (Some(sid), Some(token), Some(from)) => Some(TwilioConfig {
                 account_sid: sid.to_string(),
                 auth_token: token.to_string(),
                 from: from.to_string(),
-                api_base: get(vars, "TWILIO_API_BASE")
+                api_base: get(vars, slot!("TWILIO_API_BASE"))
                     .unwrap_or("https://api.twilio.com")
                     .trim_end_matches('/')
                     .to_string(),
@@ -296,17 +440,17 @@ impl Config {
         let argon2 = Argon2Params {
             memory_kib: parse_num(
                 vars,
-                "ARGON2_MEMORY_KIB",
+                slot!("ARGON2_MEMORY_KIB"),
                 Argon2Params::default().memory_kib,
             )?,
             iterations: parse_num(
                 vars,
-                "ARGON2_ITERATIONS",
+                slot!("ARGON2_ITERATIONS"),
                 Argon2Params::default().iterations,
             )?,
             parallelism: parse_num(
                 vars,
-                "ARGON2_PARALLELISM",
+                slot!("ARGON2_PARALLELISM"),
                 Argon2Params::default().parallelism,
             )?,
         };
@@ -327,35 +471,35 @@ impl Config {
 
         let (webauthn_rp_id, webauthn_origins) =
             Self::webauthn_from(vars, production, &mut warnings)?;
-        let totp_issuer = get(vars, "TOTP_ISSUER")
+        let totp_issuer = get(vars, slot!("TOTP_ISSUER"))
             .unwrap_or("TwoFactorAuth")
             .to_string();
 
         Ok(Config {
             secrets,
-            port: parse_num(vars, "PORT", 3001u16)?,
+            port: parse_num(vars, slot!("PORT"), 3001u16)?,
             cors_origins,
             base_path,
             production,
             twilio,
             email,
-            webauthn_rp_name: get(vars, "WEBAUTHN_RP_NAME")
+            webauthn_rp_name: get(vars, slot!("WEBAUTHN_RP_NAME"))
                 .map(str::to_string)
                 .unwrap_or_else(|| totp_issuer.clone()),
             totp_issuer,
             webauthn_rp_id,
             webauthn_origins,
-            jwt_issuer: get(vars, "JWT_ISSUER")
+            jwt_issuer: get(vars, slot!("JWT_ISSUER"))
                 .unwrap_or("two-factor-auth")
                 .to_string(),
-            jwt_audience: get(vars, "JWT_AUDIENCE")
+            jwt_audience: get(vars, slot!("JWT_AUDIENCE"))
                 .unwrap_or("two-factor-auth-api")
                 .to_string(),
-            trust_proxy: parse_bool(vars, "TRUST_PROXY", false)?,
-            rate_limit_enabled: parse_bool(vars, "RATE_LIMIT_ENABLED", true)?,
+            trust_proxy: parse_bool(vars, slot!("TRUST_PROXY"), false)?,
+            rate_limit_enabled: parse_bool(vars, slot!("RATE_LIMIT_ENABLED"), true)?,
             argon2,
-            webhook_allow_private: parse_bool(vars, "WEBHOOK_ALLOW_PRIVATE", false)?,
-            log_level: get(vars, "LOG_LEVEL")
+            webhook_allow_private: parse_bool(vars, slot!("WEBHOOK_ALLOW_PRIVATE"), false)?,
+            log_level: get(vars, slot!("LOG_LEVEL"))
                 .unwrap_or("info")
                 .to_ascii_lowercase(),
             warnings,
@@ -366,11 +510,11 @@ impl Config {
     /// production; the RP ID a lower-case host name, each origin
     /// `http(s)://host[:port]` on the RP ID or a subdomain of it.
     fn webauthn_from(
-        vars: &BTreeMap<String, String>,
+        vars: &Settings,
         production: bool,
         warnings: &mut Vec<String>,
     ) -> Result<(String, Vec<String>), ConfigError> {
-        let rp_id = match get(vars, "WEBAUTHN_RP_ID") {
+        let rp_id = match get(vars, slot!("WEBAUTHN_RP_ID")) {
             None if production => {
                 return Err(ConfigError(
                     "WEBAUTHN_RP_ID is required in production".to_string(),
@@ -396,7 +540,7 @@ impl Config {
                     .to_string(),
             ));
         }
-        let origins: Vec<String> = match get(vars, "WEBAUTHN_ORIGINS") {
+        let origins: Vec<String> = match get(vars, slot!("WEBAUTHN_ORIGINS")) {
             None if production => {
                 return Err(ConfigError(
                     "WEBAUTHN_ORIGINS is required in production".to_string(),
@@ -444,8 +588,8 @@ impl Config {
         Ok((rp_id, origins))
     }
 
-    fn email_from(vars: &BTreeMap<String, String>) -> Result<Option<EmailConfig>, ConfigError> {
-        let preset = match get(vars, "EMAIL_SERVICE") {
+    fn email_from(vars: &Settings) -> Result<Option<EmailConfig>, ConfigError> {
+        let preset = match get(vars, slot!("EMAIL_SERVICE")) {
             None => None,
             Some(name) => {
                 let lower = name.to_ascii_lowercase();
@@ -459,19 +603,22 @@ impl Config {
                 }
             }
         };
-        let host = get(vars, "EMAIL_HOST")
+        let host = get(vars, slot!("EMAIL_HOST"))
             .map(str::to_string)
             .or_else(|| preset.as_ref().map(|p| p.0.clone()));
         let Some(host) = host else {
             return Ok(None);
         };
         let default_port = preset.as_ref().map(|p| p.1).unwrap_or(587);
-        let port: u16 = parse_num(vars, "EMAIL_PORT", default_port)?;
-        let auth = match (get(vars, "EMAIL_USER"), get(vars, "EMAIL_PASSWORD")) {
+        let port: u16 = parse_num(vars, slot!("EMAIL_PORT"), default_port)?;
+        let auth = match (
+            get(vars, slot!("EMAIL_USER")),
+            get(vars, slot!("EMAIL_PASSWORD")),
+        ) {
             (Some(u), p) => Some((u.to_string(), p.unwrap_or("").to_string())),
             (None, _) => None,
         };
-        let from = get(vars, "EMAIL_FROM")
+        let from = get(vars, slot!("EMAIL_FROM"))
             .map(str::to_string)
             .or_else(|| auth.as_ref().map(|a| a.0.clone()))
             .ok_or_else(|| {
@@ -480,7 +627,7 @@ impl Config {
         if from.contains(['\r', '\n']) {
             return Err(ConfigError("EMAIL_FROM must be one line".to_string()));
         }
-        let extra_ca_pem = get(vars, "EMAIL_TLS_CA_PEM").map(|pem| pem.replace("\\n", "\n"));
+        let extra_ca_pem = get(vars, slot!("EMAIL_TLS_CA_PEM")).map(|pem| pem.replace("\\n", "\n"));
         if extra_ca_pem
             .as_ref()
             .is_some_and(|pem| !pem.contains("-----BEGIN CERTIFICATE-----"))
