@@ -17,7 +17,31 @@ pub type Body = Map<String, Value>;
 
 /// `{ "success": true, "data": data }` with `status`.
 pub fn ok(status: u16, data: Value) -> Response {
-    json_response(status, &json!({ "success": true, "data": data }))
+    ok_with(status, &data)
+}
+
+/// [`ok`] for any serializable `data`: the envelope
+/// `{"data":…,"success":true}` is written around it directly, without
+/// building a JSON tree of it and the envelope first. The bytes are those
+/// serde_json gives the envelope as a map (whose keys it sorts).
+pub fn ok_with(status: u16, data: &impl serde::Serialize) -> Response {
+    let mut body = Vec::with_capacity(256);
+    body.extend_from_slice(b"{\"data\":");
+    if serde_json::to_writer(&mut body, data).is_err() {
+        // Only a map with keys that are not strings fails; no handler
+        // answers with one.
+        body.clear();
+    } else {
+        body.extend_from_slice(b",\"success\":true}");
+    }
+    Response {
+        status,
+        headers: vec![(
+            "Content-Type".into(),
+            "application/json; charset=utf-8".into(),
+        )],
+        body,
+    }
 }
 
 /// A JSON response without the envelope (health).
@@ -451,6 +475,29 @@ mod tests {
         );
         let r = Request::new("POST", "/").json(r#"{"a":1e400}"#);
         assert!(parse_body(&r).is_err());
+    }
+
+    #[test]
+    fn the_envelope_is_written_as_serde_json_writes_the_map() {
+        for data in [
+            json!({ "user": { "id": "u1", "email": "a\"b@example.com" }, "n": 1 }),
+            json!([1, "two", null]),
+            json!("text"),
+            json!(null),
+        ] {
+            let want = serde_json::to_vec(&json!({ "success": true, "data": data })).unwrap();
+            let got = ok(201, data.clone());
+            assert_eq!(got.status, 201);
+            assert_eq!(
+                String::from_utf8(got.body).unwrap(),
+                String::from_utf8(want).unwrap()
+            );
+            assert_eq!(
+                got.headers,
+                json_response(201, &data).headers,
+                "same headers as any JSON response"
+            );
+        }
     }
 
     #[test]
