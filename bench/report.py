@@ -742,6 +742,24 @@ def main():
             w(f"| {h['component']} | `GET {h['path']}`{who} | {h['status']} | {us(h['us_p50'])} "
               f"| {us(h['us_p50_best_batch'])} | {us(h['us_p90'])} | {h['requests']:,} |")
         w("")
+    counts = by.get("instructions", [])
+    if counts:
+        floor_count = next((c["per_request"] for c in counts if c["component"] == "floor"), None)
+        w("**Instructions per request** (callgrind): `valgrind --tool=callgrind` of `tfa-bench handle`")
+        w("(as above, one request at a time, with an engine whose pool has 2 slots so valgrind can")
+        w("reserve it; the compiled code is the server's) for 1,200 requests and for 200, the")
+        w("difference divided by 1,000: the user-space instructions of the host and the compiled wasm")
+        w("per request (the kernel is not counted). Unlike the times, the count repeats to a few")
+        w("hundredths of a per cent, so it shows a change of 1 % between builds; it is no time (an")
+        w("instruction of a hash and one of a cache miss count alike), and the HTTP server, the socket")
+        w("and the load generator, which the requests/s of section 2 include, are not in it.\n")
+        w("| component | request | instructions per request | × the floor's |")
+        w("|---|---|---:|---:|")
+        for c in counts:
+            who = " (signed in)" if c.get("signed_in") else ""
+            times = f"{c['per_request'] / floor_count:.2f}×" if floor_count else "–"
+            w(f"| {c['component']} | `GET {c['path']}`{who} | {c['per_request']:,} | {times} |")
+        w("")
     # (component, method, path) -> (fresh row, reused row) of the same requests.
     reuse_key = lambda h: (h["component"], h.get("method", "GET"), h["path"])
     fresh_rows = {reuse_key(h): h for h in handle_all if h.get("reuse", 1) == 1}

@@ -88,7 +88,7 @@ wait_http() {
 record "{\"bench\":\"meta\",\"mode\":\"$mode\",\"runs\":$RUNS,\"secs\":$SECS,\"core_runs\":$CORE_RUNS,\"loadavg_start\":\"$(loadavg)\",\"started\":\"$(date -u +%FT%TZ)\"}"
 
 # ------------------------------------------------------------------ tools
-step "tools: wrk, envoy, curl, jq, perf"
+step "tools: wrk, envoy, curl, jq, perf, valgrind"
 if ! command -v wrk >/dev/null; then
     apt-get update
     DEBIAN_FRONTEND=noninteractive apt-get install -y wrk
@@ -100,6 +100,11 @@ fi
 if ! command -v perf >/dev/null; then
     { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y linux-perf; } ||
         echo "linux-perf could not be installed: no host profiles" >&2
+fi
+# valgrind for the instruction counts: not fatal where it cannot be installed.
+if ! command -v valgrind >/dev/null; then
+    { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y valgrind; } ||
+        echo "valgrind could not be installed: no instruction counts" >&2
 fi
 for tool in curl jq; do
     command -v "$tool" >/dev/null || { apt-get update; DEBIAN_FRONTEND=noninteractive apt-get install -y "$tool"; }
@@ -264,6 +269,43 @@ handle_run "$floor" --label floor --path /api/health/live --requests "$START_INS
 # Logins (an Argon2 verify each): a fresh instance's cold 19 MiB against a
 # reused instance's warm ones.
 handle_run "$component" --label component --login --requests "$LOGIN_REQUESTS" --reuse "1,$LOGIN_REQUESTS"
+# Instructions per request: callgrind's count of a `tfa-bench handle`
+# process of 1,200 requests less one of 200, divided by 1,000 (host and
+# compiled wasm, user space; the kernel is not counted). Unlike a time on
+# this machine, it repeats to a few hundredths of a per cent, so a change
+# of 1 % shows (docs/decisions.md, "The component's per-request work,
+# counted in instructions"). A pool of 2 slots lets valgrind reserve the
+# address space; the compiled code is the server's, from the cache the runs
+# above filled (a run of one request first makes sure of it: two processes
+# compiling at once do not count alike).
+count_run() { # requests <tfa-bench handle args…>: prints the process's instructions
+    local n=$1
+    shift
+    TMPDIR=/dev/shm valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        "$bench_bin" handle "$@" --requests "$n" --reuse 1 --pool-slots 2 --cache-dir "$out/cache" \
+        2>&1 >/dev/null | sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p'
+}
+count_instructions() { # label component path [--signed-in]
+    local small large
+    # Not fatal: a failed count leaves its row out.
+    count_run 1 "$2" --label "$1" --path "$3" "${@:4}" >/dev/null || true
+    { count_run 200 "$2" --label "$1" --path "$3" "${@:4}" || true; } >"$out/count-small" &
+    count_run 1200 "$2" --label "$1" --path "$3" "${@:4}" >"$out/count-large" || true
+    wait $! || true
+    small=$(cat "$out/count-small")
+    large=$(cat "$out/count-large")
+    if [ -n "$small" ] && [ -n "$large" ]; then
+        record "{\"bench\":\"instructions\",\"component\":\"$1\",\"path\":\"$3\",\"signed_in\":$([ "${4:-}" = --signed-in ] && echo true || echo false),\"small\":$small,\"large\":$large,\"per_request\":$(((large - small) / 1000))}"
+    else
+        echo "no instruction count for $1 $3" >&2
+    fi
+}
+if command -v valgrind >/dev/null; then
+    count_instructions floor "$floor" /api/health/live
+    count_instructions component "$component" /api/health
+    count_instructions component "$component" /api/auth/me --signed-in
+    echo "valgrind --tool=callgrind $bench_bin handle <wasm> --path <path> [--signed-in] --requests 200|1200 --reuse 1 --pool-slots 2   (the two at once, after one of 1 request; (1200's - 200's) / 1000 per request)" >>"$commands"
+fi
 
 fi
 

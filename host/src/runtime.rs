@@ -950,10 +950,21 @@ const KEEP_RESIDENT: usize = 256 << 10;
 /// Bytes of each table kept resident between requests.
 const TABLE_KEEP_RESIDENT: usize = 64 << 10;
 
-/// A wasmtime engine with the pooling allocator.
+/// A wasmtime engine with the pooling allocator: [`engine_config`] with a
+/// slot for every instance the server may run at once.
 pub fn engine() -> anyhow::Result<Engine> {
+    Engine::new(&engine_config(MAX_INSTANCES + MAILER_INSTANCES))
+        .map_err(anyhow::Error::from)
+        .context("cannot create the wasmtime engine")
+}
+
+/// The server's engine configuration with a pool of `slots` component
+/// instances. Only the pool's size depends on `slots`; the compiled code
+/// and its cache entry are the same for every size. `tfa-bench handle
+/// --pool-slots 2` uses a small pool to run under valgrind, which cannot
+/// reserve the full pool's address space (a 4 GiB reservation per memory).
+pub fn engine_config(slots: u32) -> Config {
     let mut pool = PoolingAllocationConfig::default();
-    let slots = MAX_INSTANCES + MAILER_INSTANCES;
     pool.total_component_instances(slots)
         .total_core_instances(slots * 4)
         .total_memories(slots * 2)
@@ -980,9 +991,7 @@ pub fn engine() -> anyhow::Result<Engine> {
     // neither blocks a worker thread nor escapes the deadline's timer.
     config.epoch_interruption(true);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    Engine::new(&config)
-        .map_err(anyhow::Error::from)
-        .context("cannot create the wasmtime engine")
+    config
 }
 
 /// Links every import the component uses: WASI 0.2 (cli, clocks, random,

@@ -42,6 +42,13 @@ pub struct Options<'a> {
     /// `POST /api/auth/login` as the signed-in user (an Argon2 verify)
     /// instead of `GET path`.
     pub login: bool,
+    /// Component instances in the engine's pool (the server's number when
+    /// `None`): 2 lets the process run under valgrind (callgrind counts a
+    /// request's instructions; `scripts/bench.sh`).
+    pub pool_slots: Option<u32>,
+    /// Have wasmtime write `/tmp/perf-PID.map`, which names the compiled
+    /// wasm functions for `perf` and callgrind's addresses.
+    pub perf_map: bool,
 }
 
 /// The signing secrets of the measured instance (fixed: nothing is signed
@@ -168,7 +175,18 @@ const BATCH: usize = 250;
 const DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
-    let engine = runtime::engine()?;
+    let engine = match (o.pool_slots, o.perf_map) {
+        (None, false) => runtime::engine()?,
+        (slots, perf_map) => {
+            let mut config = runtime::engine_config(
+                slots.unwrap_or(runtime::MAX_INSTANCES + runtime::MAILER_INSTANCES),
+            );
+            if perf_map {
+                config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+            }
+            wasmtime::Engine::new(&config)?
+        }
+    };
     // As the server loads it: compiled once into the cache directory, then
     // mapped from there (which also lets `perf` name the wasm functions).
     let component = runtime::load_component(&engine, o.component, o.cache_dir)

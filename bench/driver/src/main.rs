@@ -6,6 +6,11 @@
 //! * `startup <component.wasm> [--label L] [--compile-runs N] [--instances M]`:
 //!   compile time and per-request store + instantiation time in the host's
 //!   own runtime configuration.
+//! * `handle <component.wasm> [--label L] [--path P] [--signed-in | --login]
+//!   [--requests N] [--reuse 1,R] [--cache-dir D] [--pool-slots N]
+//!   [--perf-map]`: whole requests inside the host's runtime, one at a time,
+//!   without a socket (one JSON line per reuse mode); `--pool-slots 2` lets
+//!   it run under valgrind, `--perf-map` names the compiled wasm functions.
 //! * `user --port P`: registers one user (no 2FA); prints its e-mail,
 //!   password and access token as JSON.
 //! * `2fa --port P [--users N] [--conc 1,32] [--runs R] [--secs S]`: the
@@ -160,6 +165,8 @@ fn real_main() -> anyhow::Result<()> {
                 requests: args.num("--requests", 5000)?,
                 reuse: args.nums("--reuse", "1")?,
                 login: args.has("--login"),
+                pool_slots: args.get("--pool-slots").map(str::parse).transpose()?,
+                perf_map: args.has("--perf-map"),
             };
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
