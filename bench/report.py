@@ -30,6 +30,11 @@ def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+def signed(row):
+    """The mark " (signed in)" for a row measured signed in, else nothing."""
+    return " (signed in)" if row.get("signed_in") else ""
+
+
 def us(x):
     if x != x:  # NaN
         return "–"
@@ -738,8 +743,7 @@ def main():
         w("| component | request | status | p50 | best batch p50 | p90 | requests |")
         w("|---|---|---:|---:|---:|---:|---:|")
         for h in handle:
-            who = " (signed in)" if h.get("signed_in") else ""
-            w(f"| {h['component']} | `GET {h['path']}`{who} | {h['status']} | {us(h['us_p50'])} "
+            w(f"| {h['component']} | `GET {h['path']}`{signed(h)} | {h['status']} | {us(h['us_p50'])} "
               f"| {us(h['us_p50_best_batch'])} | {us(h['us_p90'])} | {h['requests']:,} |")
         w("")
     counts = by.get("instructions", [])
@@ -756,9 +760,8 @@ def main():
         w("| component | request | instructions per request | × the floor's |")
         w("|---|---|---:|---:|")
         for c in counts:
-            who = " (signed in)" if c.get("signed_in") else ""
             times = f"{c['per_request'] / floor_count:.2f}×" if floor_count else "–"
-            w(f"| {c['component']} | `GET {c['path']}`{who} | {c['per_request']:,} | {times} |")
+            w(f"| {c['component']} | `GET {c['path']}`{signed(c)} | {c['per_request']:,} | {times} |")
         w("")
     # (component, method, path) -> (fresh row, reused row) of the same requests.
     reuse_key = lambda h: (h["component"], h.get("method", "GET"), h["path"])

@@ -950,10 +950,14 @@ const KEEP_RESIDENT: usize = 256 << 10;
 /// Bytes of each table kept resident between requests.
 const TABLE_KEEP_RESIDENT: usize = 64 << 10;
 
-/// A wasmtime engine with the pooling allocator: [`engine_config`] with a
-/// slot for every instance the server may run at once.
+/// The pool's slots in the server: one for every instance it may run at
+/// once.
+pub const SERVER_POOL_SLOTS: u32 = MAX_INSTANCES + MAILER_INSTANCES;
+
+/// A wasmtime engine with the pooling allocator: [`engine_config`] with
+/// [`SERVER_POOL_SLOTS`].
 pub fn engine() -> anyhow::Result<Engine> {
-    Engine::new(&engine_config(MAX_INSTANCES + MAILER_INSTANCES))
+    Engine::new(&engine_config(SERVER_POOL_SLOTS))
         .map_err(anyhow::Error::from)
         .context("cannot create the wasmtime engine")
 }

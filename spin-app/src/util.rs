@@ -64,7 +64,7 @@ pub fn collect_settings(
             continue;
         }
         if let Some(slot) = Settings::slot(&key) {
-            if !settings.is_set(SETTING_NAMES[slot]) {
+            if settings.get_slot(slot).is_none() {
                 settings.set_slot(slot, value);
             }
         }

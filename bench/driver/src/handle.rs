@@ -175,18 +175,11 @@ const BATCH: usize = 250;
 const DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
-    let engine = match (o.pool_slots, o.perf_map) {
-        (None, false) => runtime::engine()?,
-        (slots, perf_map) => {
-            let mut config = runtime::engine_config(
-                slots.unwrap_or(runtime::MAX_INSTANCES + runtime::MAILER_INSTANCES),
-            );
-            if perf_map {
-                config.profiler(wasmtime::ProfilingStrategy::PerfMap);
-            }
-            wasmtime::Engine::new(&config)?
-        }
-    };
+    let mut config = runtime::engine_config(o.pool_slots.unwrap_or(runtime::SERVER_POOL_SLOTS));
+    if o.perf_map {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
+    let engine = wasmtime::Engine::new(&config)?;
     // As the server loads it: compiled once into the cache directory, then
     // mapped from there (which also lets `perf` name the wasm functions).
     let component = runtime::load_component(&engine, o.component, o.cache_dir)

@@ -200,30 +200,34 @@ impl Settings {
     }
 
     /// The slot of `name` (the specification's spelling) in
-    /// [`SETTING_NAMES`], if it names a setting.
-    pub fn slot(name: &str) -> Option<usize> {
-        SETTING_NAMES.iter().position(|n| *n == name)
-    }
-
-    /// The slot of `name`, for use in constants: a name that is not in
-    /// [`SETTING_NAMES`] stops the build (or panics, at run time).
-    const fn slot_of(name: &str) -> usize {
+    /// [`SETTING_NAMES`], if it names a setting. A `const fn`, so that
+    /// [`slot!`] resolves a name at compile time.
+    pub const fn slot(name: &str) -> Option<usize> {
+        let b = name.as_bytes();
         let mut i = 0;
         while i < SETTING_COUNT {
             let n = SETTING_NAMES[i].as_bytes();
-            let b = name.as_bytes();
             if n.len() == b.len() {
                 let mut j = 0;
                 while j < n.len() && n[j] == b[j] {
                     j += 1;
                 }
                 if j == n.len() {
-                    return i;
+                    return Some(i);
                 }
             }
             i += 1;
         }
-        panic!("not a setting name")
+        None
+    }
+
+    /// The slot of `name`, for use in constants: a name that is not in
+    /// [`SETTING_NAMES`] stops the build (or panics, at run time).
+    const fn slot_of(name: &str) -> usize {
+        match Self::slot(name) {
+            Some(slot) => slot,
+            None => panic!("not a setting name"),
+        }
     }
 
     /// Sets the setting in `slot` (an index into [`SETTING_NAMES`], as
@@ -249,7 +253,12 @@ impl Settings {
     /// The value of setting `name` as it was set (blank values included);
     /// `None` when unset or not a setting.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.values[Self::slot(name)?].as_deref()
+        self.get_slot(Self::slot(name)?)
+    }
+
+    /// [`Settings::get`] by slot; `None` also for a slot out of range.
+    pub fn get_slot(&self, slot: usize) -> Option<&str> {
+        self.values.get(slot)?.as_deref()
     }
 
     /// Whether setting `name` has a value (blank or not).

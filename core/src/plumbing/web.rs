@@ -34,6 +34,16 @@ pub fn ok_with(status: u16, data: &impl serde::Serialize) -> Response {
     } else {
         body.extend_from_slice(b",\"success\":true}");
     }
+    json_body(status, body)
+}
+
+/// A JSON response without the envelope (health).
+pub fn json_response(status: u16, value: &Value) -> Response {
+    json_body(status, serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// A response of `status` carrying `body`, which is JSON.
+fn json_body(status: u16, body: Vec<u8>) -> Response {
     Response {
         status,
         headers: vec![(
@@ -41,18 +51,6 @@ pub fn ok_with(status: u16, data: &impl serde::Serialize) -> Response {
             "application/json; charset=utf-8".into(),
         )],
         body,
-    }
-}
-
-/// A JSON response without the envelope (health).
-pub fn json_response(status: u16, value: &Value) -> Response {
-    Response {
-        status,
-        headers: vec![(
-            "Content-Type".into(),
-            "application/json; charset=utf-8".into(),
-        )],
-        body: serde_json::to_vec(value).unwrap_or_default(),
     }
 }
 
