@@ -759,10 +759,26 @@ def main():
         w("and the load generator, which the requests/s of section 2 include, are not in it.\n")
         w("| component | request | instructions per request | × the floor's |")
         w("|---|---|---:|---:|")
-        for c in counts:
+        gets = [c for c in counts if c.get("method", "GET") == "GET"]
+        for c in gets:
             times = f"{c['per_request'] / floor_count:.2f}×" if floor_count else "–"
             w(f"| {c['component']} | `GET {c['path']}`{signed(c)} | {c['per_request']:,} | {times} |")
         w("")
+        login = next((c for c in counts if c.get("method") == "POST"), None)
+        verify = next((c for c in counts if c.get("method") == "verify"), None)
+        if login and verify:
+            w("**A login against target 4's floor, in instructions**: a login (`POST /api/auth/login`,")
+            w("one Argon2id verify at the defaults in a fresh instance, with the epoch checks that the")
+            w("host compiles in for the request deadline), the same way over 6 logins less 2; the floor's")
+            w("verify (`tfa-bench wasm-core`, a warm instance of `core-ops.wasm` without epoch checks)")
+            w("over 7 verifies less 3. The kernel's share (a fresh instance's 19 MiB of zeroed pages) is")
+            w("not counted.\n")
+            w("| what | instructions | × the floor's |")
+            w("|---|---:|---:|")
+            w(f"| the floor: one Argon2id verify in `core-ops.wasm` | {verify['per_request']:,} | 1.00× |")
+            w(f"| a login through `tfa-bench handle` | {login['per_request']:,} "
+              f"| {login['per_request'] / verify['per_request']:.3f}× |")
+            w("")
     # (component, method, path) -> (fresh row, reused row) of the same requests.
     reuse_key = lambda h: (h["component"], h.get("method", "GET"), h["path"])
     fresh_rows = {reuse_key(h): h for h in handle_all if h.get("reuse", 1) == 1}

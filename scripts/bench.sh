@@ -119,9 +119,11 @@ nosimd_target="$root/target/bench-nosimd"
 run cargo build --release -p tfa-bench-core-ops
 # The wasm core as the component is built (with simd128, from
 # .cargo/config.toml), and without SIMD for reference (its own target dir;
-# RUSTFLAGS replaces the config's flags).
-run env CARGO_TARGET_DIR="$nosimd_target" RUSTFLAGS="-C target-feature=-simd128" \
-    cargo build --release --target wasm32-wasip2 -p tfa-bench-core-ops
+# `--config` appends to the config's flags, so it keeps their unrolling
+# and its -simd128, the later, wins).
+run env CARGO_TARGET_DIR="$nosimd_target" \
+    cargo build --release --target wasm32-wasip2 -p tfa-bench-core-ops \
+    --config 'target.wasm32-wasip2.rustflags=["-C", "target-feature=-simd128"]'
 run cargo build --release --target wasm32-wasip2 -p tfa-bench-core-ops -p spin-app -p tfa-mailer -p tfa-bench-floor
 run cargo build --release --target wasm32-wasip1 -p tfa-bench-empty-filter
 # The filter as it ships: cargo's build, then wasm-opt.
@@ -300,11 +302,54 @@ count_instructions() { # label component path [--signed-in]
         echo "no instruction count for $1 $3" >&2
     fi
 }
+# A login (an Argon2id verify in a fresh instance, with the host's epoch
+# checks) the same way, 6 logins less 2 over 4 (each process also
+# registers and signs in its user and warms 5 logins), and target 4's floor,
+# one verify in a warm instance of core-ops without epoch checks: a process
+# of 7 verifies less one of 3, over 4 (each also compiles core-ops). What
+# the login's instructions add to the floor's is what it does beyond
+# hashing; docs/decisions.md, "Loops unrolled in the wasm builds".
+count_login() {
+    local small large
+    count_run 1 "$component" --label component --path /api/auth/login --login >/dev/null || true
+    { count_run 2 "$component" --label component --path /api/auth/login --login || true; } >"$out/count-small" &
+    count_run 6 "$component" --label component --path /api/auth/login --login >"$out/count-large" || true
+    wait $! || true
+    small=$(cat "$out/count-small")
+    large=$(cat "$out/count-large")
+    if [ -n "$small" ] && [ -n "$large" ]; then
+        record "{\"bench\":\"instructions\",\"component\":\"component\",\"method\":\"POST\",\"path\":\"/api/auth/login\",\"signed_in\":false,\"small\":$small,\"large\":$large,\"per_request\":$(((large - small) / 4))}"
+    else
+        echo "no instruction count for a login" >&2
+    fi
+}
+count_verify_run() { # runs: prints the instructions of a wasm-core process timing 2 + runs verifies
+    TMPDIR=/dev/shm valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        "$bench_bin" wasm-core "$core_wasm_simd" --only argon2id_verify --runs "$1" --batch-ms 0 \
+        2>&1 >/dev/null | sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p'
+}
+count_verify() {
+    local small large
+    { count_verify_run 1 || true; } >"$out/count-small" &
+    count_verify_run 5 >"$out/count-large" || true
+    wait $! || true
+    small=$(cat "$out/count-small")
+    large=$(cat "$out/count-large")
+    if [ -n "$small" ] && [ -n "$large" ]; then
+        record "{\"bench\":\"instructions\",\"component\":\"core-ops\",\"method\":\"verify\",\"path\":\"argon2id\",\"signed_in\":false,\"small\":$small,\"large\":$large,\"per_request\":$(((large - small) / 4))}"
+    else
+        echo "no instruction count for the Argon2 floor" >&2
+    fi
+}
 if command -v valgrind >/dev/null; then
     count_instructions floor "$floor" /api/health/live
     count_instructions component "$component" /api/health
     count_instructions component "$component" /api/auth/me --signed-in
     echo "valgrind --tool=callgrind $bench_bin handle <wasm> --path <path> [--signed-in] --requests 200|1200 --reuse 1 --pool-slots 2   (the two at once, after one of 1 request; (1200's - 200's) / 1000 per request)" >>"$commands"
+    count_login
+    echo "valgrind --tool=callgrind $bench_bin handle $component --login --requests 2|6 --reuse 1 --pool-slots 2   (the two at once, after one of 1 login; (6's - 2's) / 4 per login)" >>"$commands"
+    count_verify
+    echo "valgrind --tool=callgrind $bench_bin wasm-core $core_wasm_simd --only argon2id_verify --runs 1|5 --batch-ms 0   (the two at once: 3 and 7 verifies; the difference / 4 per verify)" >>"$commands"
 fi
 
 fi
