@@ -1105,8 +1105,8 @@ def main():
     if l1 and floor_ns_1 == floor_ns_1:
         w(f"- A login at concurrency 1 takes {us(l1['p50'])} (p50) against {ns(floor_ns_1)} for the "
           "Argon2 verify alone in a warm instance: the difference is mostly the fresh instance's "
-          "memory (the kernel zeroes a login's 19 MiB of new pages) and the deadline's epoch checks; "
-          "see the profile below.")
+          "memory (the kernel zeroes a login's 19 MiB of new pages) and the host's work around the "
+          "hash; see the profile below.")
     m = memory.get("login")
     if m and m.get("requests"):
         me_m = memory.get("me") or {}
@@ -1138,9 +1138,12 @@ def main():
         w("\n " + profile_of("login", "login"))
     w("\n  The zero-fill and the block copies are Argon2's own and are in the floor's verify too. "
       "What a login costs beyond the floor is the fresh instance (the kernel zeroing its 19 MiB "
-      "as it faults them in, and the faults), the epoch checks that enforce the request deadline "
-      "(compiled into every loop head; measured 4–6 % on the same verify with "
-      "`epoch_interruption` on), and the host's own work. **The gate of memory-heavy instances** "
+      "as it faults them in, and the faults), and the host's own work. The epoch checks that "
+      "enforce the request deadline (compiled into every loop head) cost a verify a tenth of its "
+      "instructions until 2026-11-29; since the wasm builds unroll Argon2's block loops, a "
+      "login's instructions are the floor's verify's (section 4, *A login against target 4's "
+      "floor, in instructions*; docs/decisions.md, \"Loops unrolled in the wasm builds\"). "
+      "**The gate of memory-heavy instances** "
       "(`MAX_HEAVY_INSTANCES`, default two per core; docs/decisions.md): until 2026-11-26 every "
       "login ran at once, 32 hashes filling 19 MiB each, more than this machine's last-level "
       "cache, and a login took 45–47 ms of host CPU at concurrency 32 against 36 ms at "
