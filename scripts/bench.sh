@@ -287,20 +287,29 @@ count_run() { # requests <tfa-bench handle args…>: prints the process's instru
         "$bench_bin" handle "$@" --requests "$n" --reuse 1 --pool-slots 2 --cache-dir "$out/cache" \
         2>&1 >/dev/null | sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p'
 }
-count_instructions() { # label component path [--signed-in]
-    local small large
-    # Not fatal: a failed count leaves its row out.
-    count_run 1 "$2" --label "$1" --path "$3" "${@:4}" >/dev/null || true
-    { count_run 200 "$2" --label "$1" --path "$3" "${@:4}" || true; } >"$out/count-small" &
-    count_run 1200 "$2" --label "$1" --path "$3" "${@:4}" >"$out/count-large" || true
+# counts_of <small> <large> <divisor> <fields> <command> <args…>: runs
+# `<command> <small> <args…>` and `<command> <large> <args…>` at once, then
+# records the difference over <divisor> as one "instructions" record with
+# <fields>. Not fatal: a failed count leaves its row out.
+counts_of() {
+    local small=$1 large=$2 divisor=$3 fields=$4 cmd=$5 a b
+    shift 5
+    { "$cmd" "$small" "$@" || true; } >"$out/count-small" &
+    "$cmd" "$large" "$@" >"$out/count-large" || true
     wait $! || true
-    small=$(cat "$out/count-small")
-    large=$(cat "$out/count-large")
-    if [ -n "$small" ] && [ -n "$large" ]; then
-        record "{\"bench\":\"instructions\",\"component\":\"$1\",\"path\":\"$3\",\"signed_in\":$([ "${4:-}" = --signed-in ] && echo true || echo false),\"small\":$small,\"large\":$large,\"per_request\":$(((large - small) / 1000))}"
+    a=$(cat "$out/count-small")
+    b=$(cat "$out/count-large")
+    if [ -n "$a" ] && [ -n "$b" ]; then
+        record "{\"bench\":\"instructions\",$fields,\"small\":$a,\"large\":$b,\"per_request\":$(((b - a) / divisor))}"
     else
-        echo "no instruction count for $1 $3" >&2
+        echo "no instruction count for $fields" >&2
     fi
+}
+count_instructions() { # label component path [--signed-in]
+    count_run 1 "$2" --label "$1" --path "$3" "${@:4}" >/dev/null || true
+    counts_of 200 1200 1000 \
+        "\"component\":\"$1\",\"path\":\"$3\",\"signed_in\":$([ "${4:-}" = --signed-in ] && echo true || echo false)" \
+        count_run "$2" --label "$1" --path "$3" "${@:4}"
 }
 # A login (an Argon2id verify in a fresh instance, with the host's epoch
 # checks) the same way, 6 logins less 2 over 4 (each process also
@@ -309,37 +318,19 @@ count_instructions() { # label component path [--signed-in]
 # of 7 verifies less one of 3, over 4 (each also compiles core-ops). What
 # the login's instructions add to the floor's is what it does beyond
 # hashing; docs/decisions.md, "Loops unrolled in the wasm builds".
-count_login() {
-    local small large
-    count_run 1 "$component" --label component --path /api/auth/login --login >/dev/null || true
-    { count_run 2 "$component" --label component --path /api/auth/login --login || true; } >"$out/count-small" &
-    count_run 6 "$component" --label component --path /api/auth/login --login >"$out/count-large" || true
-    wait $! || true
-    small=$(cat "$out/count-small")
-    large=$(cat "$out/count-large")
-    if [ -n "$small" ] && [ -n "$large" ]; then
-        record "{\"bench\":\"instructions\",\"component\":\"component\",\"method\":\"POST\",\"path\":\"/api/auth/login\",\"signed_in\":false,\"small\":$small,\"large\":$large,\"per_request\":$(((large - small) / 4))}"
-    else
-        echo "no instruction count for a login" >&2
-    fi
-}
-count_verify_run() { # runs: prints the instructions of a wasm-core process timing 2 + runs verifies
+count_verify_run() { # runs: the instructions of a wasm-core process timing 2 + runs verifies
     TMPDIR=/dev/shm valgrind --tool=callgrind --callgrind-out-file=/dev/null \
         "$bench_bin" wasm-core "$core_wasm_simd" --only argon2id_verify --runs "$1" --batch-ms 0 \
         2>&1 >/dev/null | sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p'
 }
+count_login() {
+    count_run 1 "$component" --label component --path /api/auth/login --login >/dev/null || true
+    counts_of 2 6 4 '"component":"component","method":"POST","path":"/api/auth/login","signed_in":false' \
+        count_run "$component" --label component --path /api/auth/login --login
+}
 count_verify() {
-    local small large
-    { count_verify_run 1 || true; } >"$out/count-small" &
-    count_verify_run 5 >"$out/count-large" || true
-    wait $! || true
-    small=$(cat "$out/count-small")
-    large=$(cat "$out/count-large")
-    if [ -n "$small" ] && [ -n "$large" ]; then
-        record "{\"bench\":\"instructions\",\"component\":\"core-ops\",\"method\":\"verify\",\"path\":\"argon2id\",\"signed_in\":false,\"small\":$small,\"large\":$large,\"per_request\":$(((large - small) / 4))}"
-    else
-        echo "no instruction count for the Argon2 floor" >&2
-    fi
+    counts_of 1 5 4 '"component":"core-ops","method":"verify","path":"argon2id","signed_in":false' \
+        count_verify_run
 }
 if command -v valgrind >/dev/null; then
     count_instructions floor "$floor" /api/health/live

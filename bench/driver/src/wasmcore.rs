@@ -25,7 +25,14 @@ impl WasiView for State {
 }
 
 pub fn run(wasm: &Path, args: &[String]) -> anyhow::Result<()> {
-    let engine = Engine::new(&Config::new()).map_err(anyhow::Error::from)?;
+    // Compiled on this thread: what it costs is then the same in every
+    // process, so `scripts/bench.sh` can count a verify's instructions as
+    // the difference of two processes (wasmtime's parallel compilation
+    // counted differently from one process to the next, by up to 100
+    // million instructions under callgrind).
+    let mut config = Config::new();
+    config.parallel_compilation(false);
+    let engine = Engine::new(&config).map_err(anyhow::Error::from)?;
     let component = Component::from_file(&engine, wasm)
         .map_err(anyhow::Error::from)
         .with_context(|| format!("load {}", wasm.display()))?;
