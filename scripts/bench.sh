@@ -280,12 +280,14 @@ handle_run "$component" --label component --login --requests "$LOGIN_REQUESTS" -
 # address space; the compiled code is the server's, from the cache the runs
 # above filled (a run of one request first makes sure of it: two processes
 # compiling at once do not count alike).
+callgrind_total() { # <command…>: prints the instructions callgrind counted in it
+    TMPDIR=/dev/shm valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" \
+        2>&1 >/dev/null | sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p'
+}
 count_run() { # requests <tfa-bench handle args…>: prints the process's instructions
     local n=$1
     shift
-    TMPDIR=/dev/shm valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-        "$bench_bin" handle "$@" --requests "$n" --reuse 1 --pool-slots 2 --cache-dir "$out/cache" \
-        2>&1 >/dev/null | sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p'
+    callgrind_total "$bench_bin" handle "$@" --requests "$n" --reuse 1 --pool-slots 2 --cache-dir "$out/cache"
 }
 # counts_of <small> <large> <divisor> <fields> <command> <args…>: runs
 # `<command> <small> <args…>` and `<command> <large> <args…>` at once, then
@@ -319,12 +321,11 @@ count_instructions() { # label component path [--signed-in]
 # the login's instructions add to the floor's is what it does beyond
 # hashing; docs/decisions.md, "Loops unrolled in the wasm builds".
 count_verify_run() { # runs: the instructions of a wasm-core process timing 2 + runs verifies
-    TMPDIR=/dev/shm valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-        "$bench_bin" wasm-core "$core_wasm_simd" --only argon2id_verify --runs "$1" --batch-ms 0 \
-        2>&1 >/dev/null | sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p'
+    callgrind_total "$bench_bin" wasm-core "$core_wasm_simd" --only argon2id_verify --runs "$1" --batch-ms 0
 }
+# The component's compiled form is in the cache already (the counts of
+# its GET requests just before made sure of it), so no login runs first.
 count_login() {
-    count_run 1 "$component" --label component --path /api/auth/login --login >/dev/null || true
     counts_of 2 6 4 '"component":"component","method":"POST","path":"/api/auth/login","signed_in":false' \
         count_run "$component" --label component --path /api/auth/login --login
 }
@@ -338,7 +339,7 @@ if command -v valgrind >/dev/null; then
     count_instructions component "$component" /api/auth/me --signed-in
     echo "valgrind --tool=callgrind $bench_bin handle <wasm> --path <path> [--signed-in] --requests 200|1200 --reuse 1 --pool-slots 2   (the two at once, after one of 1 request; (1200's - 200's) / 1000 per request)" >>"$commands"
     count_login
-    echo "valgrind --tool=callgrind $bench_bin handle $component --login --requests 2|6 --reuse 1 --pool-slots 2   (the two at once, after one of 1 login; (6's - 2's) / 4 per login)" >>"$commands"
+    echo "valgrind --tool=callgrind $bench_bin handle $component --login --requests 2|6 --reuse 1 --pool-slots 2   (the two at once; (6's - 2's) / 4 per login)" >>"$commands"
     count_verify
     echo "valgrind --tool=callgrind $bench_bin wasm-core $core_wasm_simd --only argon2id_verify --runs 1|5 --batch-ms 0   (the two at once: 3 and 7 verifies; the difference / 4 per verify)" >>"$commands"
 fi
