@@ -1,8 +1,9 @@
 //! `tfa-bench`: the native half of the benchmarks that `scripts/bench.sh`
 //! runs (see BENCHMARKS.md). Subcommands:
 //!
-//! * `wasm-core <core_ops.wasm> [core-ops args…]`: the core operations as
-//!   wasm under wasmtime (prints core-ops' JSON).
+//! * `wasm-core [--cache-dir D] <core_ops.wasm> [core-ops args…]`: the core
+//!   operations as wasm under wasmtime (prints core-ops' JSON); with
+//!   `--cache-dir`, compiled once into `D` and loaded from there after.
 //! * `startup <component.wasm> [--label L] [--compile-runs N] [--instances M]`:
 //!   compile time and per-request store + instantiation time in the host's
 //!   own runtime configuration.
@@ -135,8 +136,17 @@ fn real_main() -> anyhow::Result<()> {
     let rest = all[1..].to_vec();
     match cmd.as_str() {
         "wasm-core" => {
-            let wasm = rest.first().context("wasm-core <core_ops.wasm> [args…]")?;
-            wasmcore::run(&PathBuf::from(wasm), &rest[1..])
+            // The host's options come before the module; everything after
+            // it is the guest's.
+            let usage = "wasm-core [--cache-dir D] <core_ops.wasm> [args…]";
+            let (cache_dir, rest) = match rest.first().map(String::as_str) {
+                Some("--cache-dir") => {
+                    (Some(PathBuf::from(rest.get(1).context(usage)?)), &rest[2..])
+                }
+                _ => (None, &rest[..]),
+            };
+            let wasm = rest.first().context(usage)?;
+            wasmcore::run(&PathBuf::from(wasm), cache_dir.as_deref(), &rest[1..])
         }
         "startup" => {
             let wasm = PathBuf::from(rest.first().context("startup <component.wasm>")?);
