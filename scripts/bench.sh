@@ -148,11 +148,12 @@ host_bin="$target/host/tfa-host"
 bench_bin="$target/host/tfa-bench"
 # tfa-bench wasm-core, compiling each core-ops module once into the cache
 # that the host's components use (about 0.5 s saved in each of the 100 or
-# so processes of a full run).
-wasm_core() { "$bench_bin" wasm-core --cache-dir "$out/cache" "$@"; }
+# so processes of a full run). An array, not a function, so that `run`
+# writes the real command and valgrind can run it.
+wasm_core=("$bench_bin" wasm-core --cache-dir "$out/cache")
 # One process timing one Argon2 verify of <core-ops.wasm> 3 times (its JSON):
 # the simd128 comparison and target 4's floor.
-argon_verify() { wasm_core "$1" --only argon2id_verify --runs 3 2>/dev/null; }
+argon_verify() { "${wasm_core[@]}" "$1" --only argon2id_verify --runs 3 2>/dev/null; }
 # in_turn <bench> <pairs> <command> <variant:file>…: <pairs> rounds of one
 # process of <command> <file> per variant, in turn, each one record
 # {bench, variant, pair, r}. One process's figure here depends on the memory
@@ -218,9 +219,9 @@ if want core; then
 step "core operations: native, wasm (simd128), wasm (no simd)"
 j=$(run "$core_native" --runs "$CORE_RUNS")
 record "{\"bench\":\"core\",\"variant\":\"native\",\"r\":$j}"
-j=$(run "$bench_bin" wasm-core --cache-dir "$out/cache" "$core_wasm_simd" --runs "$CORE_RUNS")
+j=$(run "${wasm_core[@]}" "$core_wasm_simd" --runs "$CORE_RUNS")
 record "{\"bench\":\"core\",\"variant\":\"wasm_simd\",\"r\":$j}"
-j=$(run "$bench_bin" wasm-core --cache-dir "$out/cache" "$core_wasm_plain" --runs "$CORE_RUNS")
+j=$(run "${wasm_core[@]}" "$core_wasm_plain" --runs "$CORE_RUNS")
 record "{\"bench\":\"core\",\"variant\":\"wasm\",\"r\":$j}"
 # Argon2 with and without simd128, processes of each build in turn: one
 # process's figure depends on the memory it was given (from 50 to over
@@ -326,7 +327,7 @@ count_instructions() { # label component path [--signed-in]
 # the login's instructions add to the floor's is what it does beyond
 # hashing; docs/decisions.md, "Loops unrolled in the wasm builds".
 count_verify_run() { # runs: the instructions of a wasm-core process timing 2 + runs verifies
-    callgrind_total "$bench_bin" wasm-core --cache-dir "$out/cache" "$core_wasm_simd" --only argon2id_verify --runs "$1" --batch-ms 0
+    callgrind_total "${wasm_core[@]}" "$core_wasm_simd" --only argon2id_verify --runs "$1" --batch-ms 0
 }
 # The component's compiled form is in the cache already (the counts of
 # its GET requests just before made sure of it), so no login runs first.
@@ -335,7 +336,7 @@ count_login() {
         count_run "$component" --label component --path /api/auth/login --login
 }
 count_verify() {
-    wasm_core "$core_wasm_simd" --only totp_verify_hit --runs 1 --batch-ms 0 >/dev/null 2>&1
+    "${wasm_core[@]}" "$core_wasm_simd" --only totp_verify_hit --runs 1 --batch-ms 0 >/dev/null 2>&1
     counts_of 1 5 4 '"component":"core-ops","method":"verify","path":"argon2id","signed_in":false' \
         count_verify_run
 }
