@@ -251,6 +251,8 @@ pub struct SqliteKv {
     /// Commits and syncs of the write-ahead log.
     pub(crate) sync: Arc<WalSync>,
     emulation: KvEmulation,
+    /// `journal_size_limit` of the connections it opens.
+    wal_limit: i64,
 }
 
 /// What the writer thread is asked to do.
@@ -319,19 +321,31 @@ fn writer_loop(
 pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
 
 /// Frames of write-ahead log after which the checkpointer starts the log
-/// over (16 MiB at SQLite's 4 KiB pages). Passive checkpoints alone never
+/// over (64 MiB at SQLite's 4 KiB pages). Passive checkpoints alone never
 /// do under sustained writes: the writer appends while they copy, so the
 /// log is never wholly copied when the writer begins its next transaction,
 /// which is the only moment SQLite starts it over. Measured on 2026-11-28
 /// under `/2fa/verify` at concurrency 32 on disk: 1 GB of log in 40 s,
 /// every append a newly allocated block for the file system.
-pub const RESTART_FRAMES: i64 = 4096;
+///
+/// Each restart holds the writer for a sync of the database file, which
+/// takes every page the checkpoints copied since the last one: 44 to 70 ms
+/// on this machine's disk (2026-11-29, same load, about 1.5 restarts a
+/// second at 4,096 frames). At 16,384 frames the disk gave 9 % more
+/// verifications a second (two hosts on the same disk, five alternating
+/// runs; 8 % at 65,536); on tmpfs, where the sync costs nothing, no change
+/// beyond the machine's noise. The price is the log's file: up to twice
+/// this on disk ([`wal_size_limit`]).
+pub const RESTART_FRAMES: i64 = 16384;
 
 /// What the log file is cut back to when it starts over
-/// (`journal_size_limit`): twice [`RESTART_FRAMES`]' pages of SQLite's
-/// default 4 KiB (32 MiB), so the file is reused rather than cut and
-/// regrown each time.
-const WAL_SIZE_LIMIT: i64 = 2 * RESTART_FRAMES * 4096;
+/// (`journal_size_limit`), for a store that starts it over at
+/// `restart_frames`: twice that many pages of SQLite's default 4 KiB
+/// (128 MiB at [`RESTART_FRAMES`]), so the file is reused rather than cut
+/// and regrown each time.
+const fn wal_size_limit(restart_frames: i64) -> i64 {
+    2 * restart_frames * 4096
+}
 
 /// How long after a restart that failed (a reader held an old snapshot for
 /// longer than [`restart_busy`] waits) the checkpointer tries again.
@@ -345,13 +359,19 @@ type WriterGate = Arc<Mutex<()>>;
 /// sooner than [`CHECKPOINT_EVERY`] after its last checkpoint, copies what
 /// the write-ahead log holds into the database file (`PASSIVE`: it never
 /// waits for, nor blocks, the writer or a reader; SQLite syncs the log
-/// before copying and the database after). Once the log holds
-/// [`RESTART_FRAMES`], it closes the writer's gate for a `RESTART`
+/// before copying, and the database after copying the whole log). Once the
+/// log holds `restart_frames` ([`RESTART_FRAMES`]), it closes the writer's
+/// gate for a `RESTART`
 /// checkpoint: the few frames appended since the passive one are copied,
 /// readers of old snapshots are waited for ([`restart_busy`]), and the
 /// writer's next transaction writes from the start of the log. Ends when
 /// the writer does.
-fn checkpoint_loop(conn: Connection, nudges: std::sync::mpsc::Receiver<()>, gate: WriterGate) {
+fn checkpoint_loop(
+    conn: Connection,
+    nudges: std::sync::mpsc::Receiver<()>,
+    gate: WriterGate,
+    restart_frames: i64,
+) {
     use std::sync::mpsc::RecvTimeoutError;
     let mut last: Option<std::time::Instant> = None;
     let mut retry_at: Option<std::time::Instant> = None;
@@ -364,7 +384,7 @@ fn checkpoint_loop(conn: Connection, nudges: std::sync::mpsc::Receiver<()>, gate
             }
         }
         let log = checkpoint(&conn, "PASSIVE").map_or(0, |(_, log)| log);
-        if log >= RESTART_FRAMES && retry_at.is_none_or(|t| crate::now() >= t) {
+        if log >= restart_frames && retry_at.is_none_or(|t| crate::now() >= t) {
             let restarted = {
                 let _writer_idle = gate.lock().unwrap_or_else(|p| p.into_inner());
                 checkpoint(&conn, "RESTART")
@@ -454,8 +474,15 @@ impl SqliteKv {
     /// [`KvEmulation::Spin402`], counters stored as `INTEGER`s (by
     /// `KV_EMULATE=none` or an older host) become Spin's 8-byte blobs.
     pub fn open(path: &Path, emulation: KvEmulation) -> KvResult<SqliteKv> {
+        Self::open_with(path, emulation, RESTART_FRAMES)
+    }
+
+    /// [`SqliteKv::open`], starting the log over at `restart_frames`
+    /// (the tests' smaller logs).
+    fn open_with(path: &Path, emulation: KvEmulation, restart_frames: i64) -> KvResult<SqliteKv> {
         let (jobs, queue) = std::sync::mpsc::channel();
-        let conn = connect(path)?;
+        let wal_limit = wal_size_limit(restart_frames);
+        let conn = connect(path, wal_limit)?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS kv (
                  key   TEXT PRIMARY KEY NOT NULL,
@@ -471,7 +498,7 @@ impl SqliteKv {
                 );
             }
         }
-        let writer = connect(path)?;
+        let writer = connect(path, wal_limit)?;
         // The write-ahead log exists while a connection is open, and the
         // writer's stays open as long as the store: this handle of it is
         // the sync thread's. What the open wrote, and the log's directory
@@ -494,15 +521,16 @@ impl SqliteKv {
             jobs,
             sync: sync.clone(),
             emulation,
+            wal_limit,
         };
-        let checkpointer = connect(path)?;
+        let checkpointer = connect(path, wal_limit)?;
         checkpointer.busy_handler(Some(restart_busy))?;
         let (nudge, nudges) = std::sync::mpsc::sync_channel(1);
         let gate = WriterGate::default();
         let writer_gate = gate.clone();
         std::thread::Builder::new()
             .name("tfa-kv-checkpoint".into())
-            .spawn(move || checkpoint_loop(checkpointer, nudges, gate))
+            .spawn(move || checkpoint_loop(checkpointer, nudges, gate, restart_frames))
             .map_err(|e| KvError(format!("sqlite: cannot start the checkpointer: {e}")))?;
         std::thread::Builder::new()
             .name("tfa-kv-writer".into())
@@ -515,7 +543,7 @@ impl SqliteKv {
         let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
         match pooled {
             Some(c) => Ok(c),
-            None => connect(&self.path),
+            None => connect(&self.path, self.wal_limit),
         }
     }
 
@@ -565,8 +593,9 @@ impl SqliteKv {
 
 /// A connection to the database `path`: WAL mode (readers never block the
 /// writer), `synchronous=NORMAL` (commits do not sync; the sync thread
-/// does, see [`crate::walsync`]).
-fn connect(path: &Path) -> KvResult<Connection> {
+/// does, see [`crate::walsync`]), the log cut back to `wal_limit` bytes
+/// when it starts over.
+fn connect(path: &Path, wal_limit: i64) -> KvResult<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(10))?;
     let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
@@ -575,7 +604,7 @@ fn connect(path: &Path) -> KvResult<Connection> {
     }
     // Checkpoints are the checkpointer thread's, never a commit's.
     conn.execute_batch(&format!(
-        "PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0; PRAGMA journal_size_limit={WAL_SIZE_LIMIT};"
+        "PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0; PRAGMA journal_size_limit={wal_limit};"
     ))?;
     Ok(conn)
 }
@@ -1409,6 +1438,12 @@ mod tests {
         assert_eq!(kv.get("k7").unwrap().as_deref(), Some(&[9u8; 3000][..]));
         let db = std::fs::metadata(dir.join("kv.sqlite3")).unwrap().len();
         assert!(db > 20 * 3000, "the database file holds {db} bytes");
+        let limit: i64 = kv
+            .take()
+            .unwrap()
+            .query_row("PRAGMA journal_size_limit", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(limit, wal_size_limit(RESTART_FRAMES));
         drop(kv);
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -1417,7 +1452,12 @@ mod tests {
     async fn the_log_starts_over_under_sustained_writes() {
         let dir = std::env::temp_dir().join(format!("tfa-kv-restart-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let kv = Arc::new(SqliteKv::open_dir(&dir, KvEmulation::Spin402).unwrap());
+        std::fs::create_dir_all(&dir).unwrap();
+        // A quarter of RESTART_FRAMES, so that a few restarts fit in a
+        // test's worth of writes.
+        const RESTART: i64 = 4096;
+        let kv = SqliteKv::open_with(&dir.join("kv.sqlite3"), KvEmulation::Spin402, RESTART);
+        let kv = Arc::new(kv.unwrap());
         let wal = dir.join("kv.sqlite3-wal");
         // Readers as a busy server has them: at every moment one of two
         // holds a snapshot, each for about a millisecond. A passive
@@ -1428,7 +1468,8 @@ mod tests {
         let relay = {
             let (db, stop) = (dir.join("kv.sqlite3"), stop.clone());
             std::thread::spawn(move || {
-                let conns = [connect(&db).unwrap(), connect(&db).unwrap()];
+                let limit = wal_size_limit(RESTART);
+                let conns = [connect(&db, limit).unwrap(), connect(&db, limit).unwrap()];
                 let begin = |c: &Connection| {
                     c.execute_batch("BEGIN").unwrap();
                     c.query_row("SELECT count(*) FROM kv WHERE key = 'k7'", [], |_| Ok(()))
@@ -1449,7 +1490,7 @@ mod tests {
         // never idle: 30,000 writes of 4,000-byte values (a leaf cell and an
         // overflow page each) left 154 MB of log in the file when tried
         // without the restart; starting over at RESTART_FRAMES, the file
-        // stays near WAL_SIZE_LIMIT (27 to 30 MB in three runs).
+        // stays near its wal_size_limit (27 to 30 MB in three runs).
         let mut in_flight = std::collections::VecDeque::new();
         for i in 0..30_000u32 {
             if in_flight.len() == 256 {
@@ -1468,13 +1509,14 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         relay.join().unwrap();
         let size = std::fs::metadata(&wal).unwrap().len();
-        let limit: i64 = connect(&dir.join("kv.sqlite3"))
+        let limit: i64 = kv
+            .take()
             .unwrap()
             .query_row("PRAGMA journal_size_limit", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(limit, WAL_SIZE_LIMIT);
+        assert_eq!(limit, wal_size_limit(RESTART));
         assert!(
-            size <= 2 * WAL_SIZE_LIMIT as u64,
+            size <= 2 * wal_size_limit(RESTART) as u64,
             "the write-ahead log grew to {size} bytes"
         );
         assert_eq!(
