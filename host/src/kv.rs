@@ -1414,6 +1414,13 @@ mod tests {
         }
     }
 
+    /// The `journal_size_limit` of a connection the store opens.
+    fn journal_size_limit(kv: &SqliteKv) -> i64 {
+        let conn = kv.take().unwrap();
+        conn.query_row("PRAGMA journal_size_limit", [], |r| r.get(0))
+            .unwrap()
+    }
+
     #[test]
     fn the_checkpointer_keeps_the_write_ahead_log_small() {
         let dir = std::env::temp_dir().join(format!("tfa-kv-ckpt-{}", std::process::id()));
@@ -1438,12 +1445,7 @@ mod tests {
         assert_eq!(kv.get("k7").unwrap().as_deref(), Some(&[9u8; 3000][..]));
         let db = std::fs::metadata(dir.join("kv.sqlite3")).unwrap().len();
         assert!(db > 20 * 3000, "the database file holds {db} bytes");
-        let limit: i64 = kv
-            .take()
-            .unwrap()
-            .query_row("PRAGMA journal_size_limit", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(limit, wal_size_limit(RESTART_FRAMES));
+        assert_eq!(journal_size_limit(&kv), wal_size_limit(RESTART_FRAMES));
         drop(kv);
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -1509,12 +1511,7 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         relay.join().unwrap();
         let size = std::fs::metadata(&wal).unwrap().len();
-        let limit: i64 = kv
-            .take()
-            .unwrap()
-            .query_row("PRAGMA journal_size_limit", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(limit, wal_size_limit(RESTART));
+        assert_eq!(journal_size_limit(&kv), wal_size_limit(RESTART));
         assert!(
             size <= 2 * wal_size_limit(RESTART) as u64,
             "the write-ahead log grew to {size} bytes"
