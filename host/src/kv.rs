@@ -361,11 +361,10 @@ type WriterGate = Arc<Mutex<()>>;
 /// waits for, nor blocks, the writer or a reader; SQLite syncs the log
 /// before copying, and the database after copying the whole log). Once the
 /// log holds `restart_frames` ([`RESTART_FRAMES`]), it closes the writer's
-/// gate for a `RESTART`
-/// checkpoint: the few frames appended since the passive one are copied,
-/// readers of old snapshots are waited for ([`restart_busy`]), and the
-/// writer's next transaction writes from the start of the log. Ends when
-/// the writer does.
+/// gate for a `RESTART` checkpoint: the few frames appended since the
+/// passive one are copied, readers of old snapshots are waited for
+/// ([`restart_busy`]), and the writer's next transaction writes from the
+/// start of the log. Ends when the writer does.
 fn checkpoint_loop(
     conn: Connection,
     nudges: std::sync::mpsc::Receiver<()>,
