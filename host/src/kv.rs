@@ -1490,7 +1490,7 @@ mod tests {
         // Writes without a pause (256 in flight), so the writer thread is
         // never idle: 30,000 writes of 4,000-byte values (a leaf cell and an
         // overflow page each) left 154 MB of log in the file when tried
-        // without the restart; starting over at RESTART_FRAMES, the file
+        // without the restart; starting over at RESTART (4,096 frames), the file
         // stays near its wal_size_limit (27 to 30 MB in three runs).
         let mut in_flight = std::collections::VecDeque::new();
         for i in 0..30_000u32 {
