@@ -4,7 +4,8 @@
 //! batch at a time and never holds up light requests; the connection
 //! limits (`HEADER_READ_TIMEOUT_MS`, `IDLE_TIMEOUT_MS`, `MAX_CONNECTIONS`)
 //! hold against half-open and idle connections; a client that leaves
-//! while it waits for an instance slot is no longer counted as waiting.
+//! while it waits for an instance slot is no longer counted as waiting,
+//! and one that leaves while its instance runs does not stop the instance.
 
 #![allow(clippy::disallowed_methods)] // the tests time the host with the clock
 
@@ -88,6 +89,36 @@ fn a_guest_that_never_returns_is_stopped_at_the_deadline() {
         "one log line per stopped instance"
     );
     // Every slot is back: a normal request is served.
+    let (status, _, _) = host.request("GET", "/api/health", "");
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn a_client_that_leaves_does_not_stop_its_instance() {
+    // The instance runs in the request's own task until it answers
+    // (`server::Run`); a client that closes its connection first must not
+    // take the instance with it (a half-done sequence of store writes):
+    // the run goes on in a task of its own until it ends, here at the
+    // deadline, which logs its line only if the run was still going.
+    let wasm = hang_component();
+    let host = Host::start("left", &wasm, &[("REQUEST_TIMEOUT_MS", "1500")]);
+    let mut s = TcpStream::connect(("127.0.0.1", host.port)).unwrap();
+    s.write_all(b"GET /api/hang HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(s);
+    let line = host
+        .wait_line(
+            true,
+            "request deadline exceeded (REQUEST_TIMEOUT_MS=1500): GET /api/hang",
+            Duration::from_secs(10),
+        )
+        .expect("the instance went on after its client left, to the deadline");
+    assert!(
+        line.contains("before any response (answered 503)"),
+        "{line}"
+    );
+    // Its slot is back: a normal request is served.
     let (status, _, _) = host.request("GET", "/api/health", "");
     assert_eq!(status, 200);
 }
