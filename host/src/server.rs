@@ -124,8 +124,9 @@ enum Outcome {
 /// Polling it in place, instead of spawning it at once, keeps a request
 /// that has nothing left to do after its response (the floor, `GET
 /// /health`, `GET /auth/me`) on one task: no spawn and no wake-up from the
-/// instance's task to the connection's, and the component has written its
-/// response body before hyper writes the head. Measured against the spawned
+/// instance's task to the connection's, and a component that writes its
+/// body right after setting its response (as `spin-app`'s `send` does) has
+/// written it before hyper writes the head. Measured against the spawned
 /// task (alternating `wrk -t2 -c32` pairs, 2026-12-01): the floor component
 /// +2 to +9 % requests/s, `GET /health` and `GET /auth/me` +1 to +4 %,
 /// `POST /2fa/verify` level within noise; no change at concurrency 1.
@@ -142,18 +143,16 @@ impl<F: Future<Output = Outcome> + Send + 'static> Run<F> {
         }
     }
 
-    /// Runs the instance until it waits for something or ends.
-    fn poll_run(&mut self, cx: &mut Context<'_>) -> Poll<Outcome> {
+    /// Runs the instance until it waits for something or ends; whether it
+    /// has ended (how: [`Run::detach`]).
+    fn poll_run(&mut self, cx: &mut Context<'_>) -> bool {
         if let Some(run) = self.run.as_mut() {
             if let Poll::Ready(outcome) = run.as_mut().poll(cx) {
                 self.run = None;
                 self.ended = Some(outcome);
             }
         }
-        match self.ended {
-            Some(outcome) => Poll::Ready(outcome),
-            None => Poll::Pending,
-        }
+        self.ended.is_some()
     }
 
     /// Leaves the rest of the run, if any, to a task of its own; how it
@@ -410,7 +409,7 @@ impl Server {
         // the run has ended the answer has come or never will.
         let mut rx = rx;
         let answer = std::future::poll_fn(|cx| {
-            let ended = instance.poll_run(cx).is_ready();
+            let ended = instance.poll_run(cx);
             match Pin::new(&mut rx).poll(cx) {
                 // `None`: the instance ended without an answer.
                 Poll::Ready(answer) => Poll::Ready(answer.ok()),
@@ -419,8 +418,6 @@ impl Server {
             }
         })
         .await;
-        // What the instance still does after its response (effects, audit
-        // records) goes on in a task of its own.
         let ended = instance.detach();
         match answer {
             Some(Ok(resp)) => {
