@@ -5,7 +5,9 @@
 //! seen by the other, as in Spin.
 //!
 //! * [`SqliteKv`] (default): one file `kv.sqlite3` in `DATA_DIR`, WAL mode,
-//!   a small pool of connections for reads, and one writer thread that
+//!   a small pool of connections for reads (with a bounded cache of the
+//!   values `get` read, which no write by anyone can leave stale:
+//!   [`crate::readcache`]), and one writer thread that
 //!   commits the writes waiting for it together (one transaction for every
 //!   write that arrived while the previous one was committing; each write in
 //!   its own savepoint, so one failing write does not undo the others).
@@ -79,6 +81,7 @@ use std::time::Duration;
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 
+use crate::readcache::{Header, Lookup, ReadCache};
 use crate::walsync::{Waiter, WalSync};
 
 /// The answer of [`KvBackend::write_async`] (the counter's new value for an
@@ -253,12 +256,16 @@ pub struct SqliteKv {
     emulation: KvEmulation,
     /// `journal_size_limit` of the connections it opens.
     wal_limit: i64,
+    /// Values read, kept while nobody changes them ([`crate::readcache`]);
+    /// `None` when the `-shm` file could not be mapped.
+    cache: Option<Arc<ReadCache>>,
 }
 
 /// What the writer thread is asked to do.
 enum Job {
-    /// A write, committed with the others waiting.
-    Write(WriteJob),
+    /// A write, committed with the others waiting, and the keys it may
+    /// change.
+    Write(WriteJob, Vec<String>),
     /// A barrier: handed to the sync thread once the commits before it have
     /// ended (step 3 of [`crate::walsync`]).
     Durable(Waiter),
@@ -285,11 +292,16 @@ fn writer_loop(
     sync: Arc<WalSync>,
     checkpoints: std::sync::mpsc::SyncSender<()>,
     gate: WriterGate,
+    cache: Option<Arc<ReadCache>>,
 ) {
+    conn.wal_hook(Some(count_frames));
     while let Ok(first) = jobs.recv() {
-        let (mut batch, mut barriers) = (Vec::new(), Vec::new());
+        let (mut batch, mut keys, mut barriers) = (Vec::new(), Vec::new(), Vec::new());
         let mut take = |job| match job {
-            Job::Write(w) => batch.push(w),
+            Job::Write(w, k) => {
+                batch.push(w);
+                keys.extend(k);
+            }
             Job::Durable(w) => barriers.push(w),
         };
         take(first);
@@ -302,7 +314,7 @@ fn writer_loop(
         if !batch.is_empty() {
             {
                 let _committing = gate.lock().unwrap_or_else(|p| p.into_inner());
-                commit_batch(&conn, batch, &sync);
+                commit_batch(&conn, batch, &keys, &sync, cache.as_deref());
             }
             // Full means a nudge is waiting already.
             let _ = checkpoints.try_send(());
@@ -417,25 +429,63 @@ fn restart_busy(tries: i32) -> bool {
     tries < 100
 }
 
+std::thread_local! {
+    /// The log's frame count after the writer thread's last commit, as
+    /// SQLite's WAL hook reports it (`None`: no commit wrote a frame since
+    /// it was taken).
+    static COMMITTED_FRAMES: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
+/// The writer connection's WAL hook: SQLite calls it in `COMMIT`, on the
+/// committing thread, with the frames in the log after the commit.
+fn count_frames(_: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlite::Result<()> {
+    COMMITTED_FRAMES.set(u32::try_from(frames).ok());
+    Ok(())
+}
+
 /// Runs `batch` in one transaction (between [`WalSync::begin_commit`] and
-/// [`WalSync::end_commit`]) and then answers each write with the commit's
-/// outcome.
-fn commit_batch(conn: &Connection, batch: Vec<WriteJob>, sync: &WalSync) {
+/// [`WalSync::end_commit`], and [`ReadCache::begin`] and
+/// [`ReadCache::end`] with `keys`, the keys the batch may change) and then
+/// answers each write with the commit's outcome.
+fn commit_batch(
+    conn: &Connection,
+    batch: Vec<WriteJob>,
+    keys: &[String],
+    sync: &WalSync,
+    cache: Option<&ReadCache>,
+) {
+    let cache_end = |locked: Option<Header>| {
+        if let Some(c) = cache {
+            c.end(
+                keys.iter().map(String::as_str),
+                locked,
+                COMMITTED_FRAMES.take(),
+            );
+        }
+    };
+    if let Some(c) = cache {
+        c.begin();
+    }
+    COMMITTED_FRAMES.set(None);
     sync.begin_commit();
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
         sync.end_commit();
+        cache_end(None);
         let e = KvError::from(e);
         for job in batch {
             job(None)(Err(e.clone()));
         }
         return;
     }
+    // The write lock is held: nobody else commits until our COMMIT.
+    let locked = cache.and_then(ReadCache::header);
     let finishers: Vec<Finish> = batch.into_iter().map(|job| job(Some(conn))).collect();
     let committed = conn.execute_batch("COMMIT").map_err(KvError::from);
     if committed.is_err() {
         let _ = conn.execute_batch("ROLLBACK");
     }
     sync.end_commit();
+    cache_end(locked);
     for finish in finishers {
         finish(committed.clone());
     }
@@ -514,6 +564,16 @@ impl SqliteKv {
         });
         synced.map_err(|e| KvError(format!("sqlite: cannot sync {}: {e}", wal_path.display())))?;
         let sync = WalSync::start(wal)?;
+        // The `-shm` file exists now: the connections above have read the
+        // database in WAL mode.
+        let cache = ReadCache::open(&sibling(path, "-shm")).map(Arc::new);
+        if cache.is_none() {
+            eprintln!(
+                "tfa-host: {}: the log's index cannot be mapped; reads are not cached",
+                path.display()
+            );
+        }
+        let writer_cache = cache.clone();
         let kv = SqliteKv {
             path: path.to_path_buf(),
             pool: Mutex::new(vec![conn]),
@@ -521,6 +581,7 @@ impl SqliteKv {
             sync: sync.clone(),
             emulation,
             wal_limit,
+            cache,
         };
         let checkpointer = connect(path, wal_limit)?;
         checkpointer.busy_handler(Some(restart_busy))?;
@@ -533,9 +594,15 @@ impl SqliteKv {
             .map_err(|e| KvError(format!("sqlite: cannot start the checkpointer: {e}")))?;
         std::thread::Builder::new()
             .name("tfa-kv-writer".into())
-            .spawn(move || writer_loop(writer, queue, sync, nudge, writer_gate))
+            .spawn(move || writer_loop(writer, queue, sync, nudge, writer_gate, writer_cache))
             .map_err(|e| KvError(format!("sqlite: cannot start the writer thread: {e}")))?;
         Ok(kv)
+    }
+
+    /// Reads answered from the read cache so far ([`crate::readcache`]);
+    /// 0 when reads are not cached.
+    pub fn cache_hits(&self) -> u64 {
+        self.cache.as_deref().map_or(0, ReadCache::hits)
     }
 
     fn take(&self) -> KvResult<Connection> {
@@ -554,11 +621,13 @@ impl SqliteKv {
         }
     }
 
-    /// Runs the write `f` in the writer thread's next batch and waits until
+    /// Runs the write `f`, which may change `keys`, in the writer thread's
+    /// next batch and waits until
     /// the batch is committed (not yet durable: see [`KvBackend::durable`])
     /// or has failed.
     fn write<T: Send + 'static>(
         &self,
+        keys: Vec<String>,
         f: impl FnOnce(&Connection) -> KvResult<T> + Send + 'static,
     ) -> KvResult<T> {
         let (reply, answer) = std::sync::mpsc::sync_channel::<KvResult<T>>(1);
@@ -572,7 +641,7 @@ impl SqliteKv {
             })
         });
         self.jobs
-            .send(Job::Write(job))
+            .send(Job::Write(job, keys))
             .map_err(|_| KvError("sqlite: the writer thread has stopped".into()))?;
         answer
             .recv()
@@ -610,8 +679,13 @@ fn connect(path: &Path, wal_limit: i64) -> KvResult<Connection> {
 
 /// SQLite's write-ahead log beside the database `path`.
 fn wal_path(path: &Path) -> std::path::PathBuf {
+    sibling(path, "-wal")
+}
+
+/// The file beside the database `path` whose name adds `suffix`.
+fn sibling(path: &Path, suffix: &str) -> std::path::PathBuf {
     let mut name = path.as_os_str().to_owned();
-    name.push("-wal");
+    name.push(suffix);
     name.into()
 }
 
@@ -649,12 +723,21 @@ fn value_bytes(v: ValueRef<'_>, emulation: KvEmulation) -> KvResult<Vec<u8>> {
 
 impl KvBackend for SqliteKv {
     fn get(&self, key: &str) -> KvResult<Option<Vec<u8>>> {
-        self.read(key, |v| value_bytes(v, self.emulation))
+        let ticket = match self.cache.as_deref().map(|c| c.lookup(key)) {
+            Some(Lookup::Hit(value)) => return Ok(Some(value)),
+            Some(Lookup::Miss(ticket)) => Some(ticket),
+            Some(Lookup::Bypass) | None => None,
+        };
+        let value = self.read(key, |v| value_bytes(v, self.emulation))?;
+        if let (Some(ticket), Some(v), Some(c)) = (ticket, &value, self.cache.as_deref()) {
+            c.fill(key, v, ticket);
+        }
+        Ok(value)
     }
 
     fn set(&self, key: &str, value: &[u8]) -> KvResult<()> {
         let (key, value) = (key.to_string(), value.to_vec());
-        self.write(move |c| upsert(c, &key, &value))
+        self.write(vec![key.clone()], move |c| upsert(c, &key, &value))
     }
 
     fn delete(&self, key: &str) -> KvResult<()> {
@@ -662,7 +745,7 @@ impl KvBackend for SqliteKv {
             return Ok(());
         }
         let key = key.to_string();
-        self.write(move |c| remove(c, &key))
+        self.write(vec![key.clone()], move |c| remove(c, &key))
     }
 
     fn exists(&self, key: &str) -> KvResult<bool> {
@@ -705,7 +788,8 @@ impl KvBackend for SqliteKv {
     fn set_many(&self, pairs: &[(String, Vec<u8>)]) -> KvResult<()> {
         // One savepoint of the batch: all or nothing.
         let pairs = pairs.to_vec();
-        self.write(move |c| {
+        let keys = pairs.iter().map(|(k, _)| k.clone()).collect();
+        self.write(keys, move |c| {
             let mut st = c.prepare_cached(SQLITE_UPSERT)?;
             for (k, v) in &pairs {
                 st.execute(params![k, v])?;
@@ -716,7 +800,7 @@ impl KvBackend for SqliteKv {
 
     fn delete_many(&self, keys: &[String]) -> KvResult<()> {
         let keys = keys.to_vec();
-        self.write(move |c| {
+        self.write(keys.clone(), move |c| {
             let mut st = c.prepare_cached("DELETE FROM kv WHERE key = ?1")?;
             for k in &keys {
                 st.execute(params![k])?;
@@ -733,13 +817,13 @@ impl KvBackend for SqliteKv {
             return self.increment_le(key, delta);
         }
         let key = key.to_string();
-        self.write(move |c| increment_int_in(c, &key, delta))
+        self.write(vec![key.clone()], move |c| increment_int_in(c, &key, delta))
     }
 
     fn compare_and_swap(&self, key: &str, expected: &[u8], new: &[u8]) -> KvResult<bool> {
         // One conditional UPDATE: a missing key matches no row, so it fails.
         let (key, expected, new) = (key.to_string(), expected.to_vec(), new.to_vec());
-        self.write(move |c| {
+        self.write(vec![key.clone()], move |c| {
             let n = c
                 .prepare_cached("UPDATE kv SET value = ?3 WHERE key = ?1 AND value = ?2")?
                 .execute(params![key, expected, new])?;
@@ -814,6 +898,9 @@ impl KvBackend for SqliteKv {
             _ => {}
         }
         let emulation = self.emulation;
+        let keys = match &op {
+            WriteOp::Set(k, _) | WriteOp::Delete(k) | WriteOp::Increment(k, _) => vec![k.clone()],
+        };
         let (reply, answer) = tokio::sync::oneshot::channel::<KvResult<i64>>();
         let job: WriteJob = Box::new(move |conn| {
             let out = match conn {
@@ -831,7 +918,7 @@ impl KvBackend for SqliteKv {
                 let _ = reply.send(committed.and(out));
             })
         });
-        Ok(self.enqueue(Job::Write(job), answer))
+        Ok(self.enqueue(Job::Write(job, keys), answer))
     }
 }
 
@@ -893,7 +980,7 @@ impl SqliteKv {
     /// An `INTEGER` (this host's own form) is read too and rewritten.
     fn increment_le(&self, key: &str, delta: i64) -> KvResult<i64> {
         let key = key.to_string();
-        self.write(move |c| increment_le_in(c, &key, delta))
+        self.write(vec![key.clone()], move |c| increment_le_in(c, &key, delta))
     }
 }
 

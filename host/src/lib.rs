@@ -82,6 +82,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod netguard;
 pub mod outbound;
+pub mod readcache;
 pub mod runtime;
 pub mod send;
 pub mod server;
