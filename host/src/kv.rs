@@ -507,8 +507,9 @@ fn in_savepoint<T>(c: &Connection, f: impl FnOnce(&Connection) -> KvResult<T>) -
 /// Connections kept open for reuse.
 const SQLITE_POOL: usize = 8;
 
-/// Upsert of one value (shared by `set`, `set_many` and the counters).
-const SQLITE_UPSERT: &str = "INSERT INTO kv(key, value) VALUES (?1, ?2)
+/// Upsert of one value (shared by `set`, `set_many` and the counters, and
+/// the read cache's tests).
+pub(crate) const SQLITE_UPSERT: &str = "INSERT INTO kv(key, value) VALUES (?1, ?2)
      ON CONFLICT(key) DO UPDATE SET value = excluded.value";
 
 impl SqliteKv {

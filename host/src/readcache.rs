@@ -371,12 +371,7 @@ mod tests {
     }
 
     fn set(c: &rusqlite::Connection, k: &str, v: &str) {
-        c.execute(
-            "INSERT INTO kv(key, value) VALUES (?1, ?2)
-             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            [k, v],
-        )
-        .unwrap();
+        c.execute(crate::kv::SQLITE_UPSERT, [k, v]).unwrap();
     }
 
     /// Reads `k` through the cache as the store does: `hit` or filled.
