@@ -19,6 +19,9 @@
 //!   commit's: a checkpointer thread makes them on its own connection
 //!   ([`CHECKPOINT_EVERY`]), and starts the log over, holding the writer
 //!   between two commits, once it is [`RESTART_FRAMES`] long.
+//! * [`crate::logkv::LogKv`] (`KV_ENGINE=log`): every record in memory,
+//!   every write appended to a checksummed log synced at the same barrier;
+//!   one host per data directory. [`open_store`] picks the engine.
 //! * [`RedisKv`] (`KV_URL=redis://…`): several hosts can share one store.
 //!   Keys are used as they are, like Spin's own Redis store.
 //!
@@ -1440,6 +1443,65 @@ impl KvBackend for FailingKv {
             self.inner.describe(),
             self.after
         )
+    }
+}
+
+/// Which store holds the data in `DATA_DIR` when `KV_URL` is unset
+/// (`KV_ENGINE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvEngine {
+    /// `sqlite` (default): [`SqliteKv`].
+    #[default]
+    Sqlite,
+    /// `log`: [`crate::logkv::LogKv`], in memory with an append-only log.
+    Log,
+}
+
+impl KvEngine {
+    /// Reads `KV_ENGINE` (unset or blank: the default).
+    pub fn parse(value: Option<&str>) -> Result<KvEngine, String> {
+        match value.map(str::trim).unwrap_or("") {
+            "" | "sqlite" => Ok(KvEngine::Sqlite),
+            "log" => Ok(KvEngine::Log),
+            other => Err(format!(
+                "KV_ENGINE must be `sqlite` (the default: one SQLite file in DATA_DIR) or \
+                 `log` (the store in memory, every write in an append-only log in DATA_DIR), \
+                 not `{other}`"
+            )),
+        }
+    }
+}
+
+/// [`open_backend_tls`] with the engine `KV_ENGINE` names for `DATA_DIR`.
+/// A data directory holds one engine's data: opening it with the other
+/// fails (it would start empty and hide the data it has).
+pub fn open_store(
+    kv_url: Option<&str>,
+    data_dir: &Path,
+    engine: KvEngine,
+    emulation: KvEmulation,
+    ca_file: Option<&Path>,
+) -> KvResult<Arc<dyn KvBackend>> {
+    let url = kv_url.map(str::trim).filter(|u| !u.is_empty());
+    let sqlite = data_dir.join("kv.sqlite3");
+    let log = data_dir.join(crate::logkv::LOG_DIR);
+    match (engine, url) {
+        (KvEngine::Log, Some(_)) => Err(KvError(
+            "KV_ENGINE=log keeps the store in DATA_DIR: it cannot be combined with KV_URL".into(),
+        )),
+        (KvEngine::Log, None) if sqlite.exists() => Err(KvError(format!(
+            "KV_ENGINE=log, but {} holds a SQLite store (KV_ENGINE=sqlite): use that, or \
+             another DATA_DIR",
+            data_dir.display()
+        ))),
+        (KvEngine::Log, None) => Ok(Arc::new(crate::logkv::LogKv::open_dir(
+            data_dir, emulation,
+        )?)),
+        (KvEngine::Sqlite, None) if log.exists() => Err(KvError(format!(
+            "{} holds a log store (KV_ENGINE=log): set KV_ENGINE=log, or use another DATA_DIR",
+            data_dir.display()
+        ))),
+        (KvEngine::Sqlite, _) => open_backend_tls(kv_url, data_dir, emulation, ca_file),
     }
 }
 

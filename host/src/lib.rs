@@ -27,7 +27,9 @@
 //! `DATA_DIR` (default `./.data`), `CACHE_DIR` (compiled component, default
 //! `DATA_DIR/cache`), `KV_URL` (`redis://…` or `rediss://user:pass@host:port/db`
 //! over TLS, checked against the system's roots and the PEM CA certificates
-//! of `KV_CA_FILE`), `KV_EMULATE` (`spin-4.0.2`, the default:
+//! of `KV_CA_FILE`), `KV_ENGINE` (`sqlite`, the default, or `log`: the
+//! store in memory with an append-only log, [`logkv`]), `KV_EMULATE`
+//! (`spin-4.0.2`, the default:
 //! the stores behave exactly like Spin 4.0.2's, limits included; `none`:
 //! this host's own, more capable semantics; see [`kv`]), `COMPONENT_PATH`
 //! (default `target/wasm32-wasip2/release/spin_app.wasm`), `MAILER_PATH`
@@ -77,6 +79,7 @@ pub mod gate;
 pub mod hugepages;
 pub mod kv;
 pub mod log;
+pub mod logkv;
 pub mod maintenance;
 pub mod manifest;
 pub mod metrics;
@@ -118,6 +121,8 @@ pub struct HostSettings {
     pub kv_ca_file: Option<PathBuf>,
     /// Whose key-value semantics the stores follow (`KV_EMULATE`).
     pub kv_emulate: kv::KvEmulation,
+    /// The store in `DATA_DIR` without `KV_URL` (`KV_ENGINE`).
+    pub kv_engine: kv::KvEngine,
     /// The API component.
     pub component_path: PathBuf,
     /// The mailer component (`MAILER_PATH`).
@@ -244,6 +249,8 @@ impl HostSettings {
             kv_url: get("KV_URL"),
             kv_ca_file: get("KV_CA_FILE").map(PathBuf::from),
             kv_emulate: kv::KvEmulation::parse(get("KV_EMULATE").as_deref())
+                .map_err(anyhow::Error::msg)?,
+            kv_engine: kv::KvEngine::parse(get("KV_ENGINE").as_deref())
                 .map_err(anyhow::Error::msg)?,
             component_path: component_path.clone(),
             mailer_path: get("MAILER_PATH").map(PathBuf::from).unwrap_or_else(|| {
@@ -468,9 +475,10 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     );
 
     // Store.
-    let mut backend = kv::open_backend_tls(
+    let mut backend = kv::open_store(
         settings.kv_url.as_deref(),
         &settings.data_dir,
+        settings.kv_engine,
         settings.kv_emulate,
         settings.kv_ca_file.as_deref(),
     )
