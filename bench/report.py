@@ -68,6 +68,7 @@ PROFILE_WORKLOADS = {
     "health": "`GET /health`",
     "me": "`GET /auth/me`",
     "verify": "`POST /2fa/verify`",
+    "verify_log": "`POST /2fa/verify`, log store",
     "login": "`POST /auth/login`",
 }
 KERNEL = [k for k, _ in CATEGORIES if k.startswith("kernel")]
@@ -238,16 +239,25 @@ def main():
         verify[r["concurrency"]].append(r)
     for r in by["2fa_verify_disk"]:
         verify[("disk", r["concurrency"])].append(r)
+    # The log store (KV_ENGINE=log), timed in turn with the SQLite hosts since 2026-12-02.
+    for r in by["2fa_verify_log"]:
+        verify[("log", r["concurrency"])].append(r)
+    for r in by["2fa_verify_log_disk"]:
+        verify[("log-disk", r["concurrency"])].append(r)
 
     # Target 3 run by run: since 2026-11-27 one driver times the tmpfs and the disk host in
     # turn (records with a `port`), so each disk run is compared with the tmpfs run just
     # before it; older results (a whole series on each) compare the medians.
-    disk_ratios = []
-    for r in by["2fa_verify_disk"]:
-        t = [x for x in by["2fa_verify"] if "port" in r and x.get("run") == r.get("run")
-             and x["concurrency"] == r["concurrency"] == 32]
-        if t and t[0]["requests_per_s"]:
-            disk_ratios.append(r["requests_per_s"] / t[0]["requests_per_s"])
+    def disk_over_tmpfs(disk, tmpfs):
+        out = []
+        for r in by[disk]:
+            t = [x for x in by[tmpfs] if "port" in r and x.get("run") == r.get("run")
+                 and x["concurrency"] == r["concurrency"] == 32]
+            if t and t[0]["requests_per_s"]:
+                out.append(r["requests_per_s"] / t[0]["requests_per_s"])
+        return out
+    disk_ratios = disk_over_tmpfs("2fa_verify_disk", "2fa_verify")
+    log_disk_ratios = disk_over_tmpfs("2fa_verify_log_disk", "2fa_verify_log")
 
     def vstat(conc):
         rs = verify.get(conc, [])
@@ -315,6 +325,9 @@ def main():
     v32_, vd32_ = vstat(32), vstat(("disk", 32))
     if v32_ and vd32_:
         target_ratio["disk/tmpfs"] = ratio_cell(disk_ratios, vd32_["rps"] / v32_["rps"])
+    vl32_, vld32_ = vstat(("log", 32)), vstat(("log-disk", 32))
+    if vl32_ and vld32_:
+        target_ratio["log disk/tmpfs"] = ratio_cell(log_disk_ratios, vld32_["rps"] / vl32_["rps"])
     l32__ = wstat("api", "POST /auth/login", 32)
     if l32__:
         target_ratio["logins/floor"] = ratio_cell(login_ratios, l32__["rps"] / floor_logins)
@@ -343,6 +356,11 @@ def main():
             frac = v32["rps"] / fl32["rps"]
             w(f"| 2. POST /2fa/verify alone ≥ 40 % of the floor's requests/s (c32) | {rate(v32['rps'])} vs "
               f"{rate(fl32['rps'])}/s ({frac:.0%}) | {status(frac >= 0.4)} |")
+        vl32 = vstat(("log", 32))
+        if vl32:
+            frac = vl32["rps"] / fl32["rps"]
+            w(f"| 2. the same with the log store (`KV_ENGINE=log`) | {rate(vl32['rps'])} vs "
+              f"{rate(fl32['rps'])}/s ({frac:.0%}) | {status(frac >= 0.4)} |")
     h = kv_ops.get("GET /api/health")
     if h and "total" in h:
         n = sum(h["total"].values())
@@ -352,6 +370,11 @@ def main():
         frac, cell = target_ratio["disk/tmpfs"]
         w(f"| 3. /2fa/verify with the store on disk ≥ 70 % of tmpfs (c32) | {rate(vd32['rps'])} vs "
           f"{rate(v32['rps'])}/s ({cell}) | {status(frac >= 0.7)} |")
+    vl32, vld32 = vstat(("log", 32)), vstat(("log-disk", 32))
+    if vl32 and vld32:
+        frac, cell = target_ratio["log disk/tmpfs"]
+        w(f"| 3. the same with the log store (`KV_ENGINE=log`) | {rate(vld32['rps'])} vs "
+          f"{rate(vl32['rps'])}/s ({cell}) | {status(frac >= 0.7)} |")
     l32_ = wstat("api", "POST /auth/login", 32)
     if l32_:
         frac, cell = target_ratio["logins/floor"]
@@ -543,19 +566,27 @@ def main():
         w("verifications, until the deadline or until they run out. These hosts hash with cheap Argon2")
         w("parameters (`ARGON2_MEMORY_KIB=256 ARGON2_ITERATIONS=1`) so the untimed logins are quick; a")
         w("verification does not hash. The ratio is over the floor component's requests/s."
-          + (" One driver times the two hosts in turn, run by run and concurrency by concurrency"
-             " (tmpfs, then disk), so that target 3 compares runs a few seconds apart."
-             if disk_ratios else "") + "\n")
+          + (" One driver times the hosts in turn, run by run and concurrency by concurrency"
+             + (" (SQLite on tmpfs, on disk, then the log store on tmpfs, on disk)" if log_disk_ratios
+                else " (tmpfs, then disk)")
+             + ", so that target 3 compares runs a few seconds apart."
+             if disk_ratios else "")
+          + (" The log store (`KV_ENGINE=log`, host/src/logkv.rs; docs/decisions.md, \"A store in memory"
+             " with an append-only log\") keeps every record in memory and appends each write to a"
+             " checksummed log, synced once for all the responses waiting at that moment."
+             if log_disk_ratios else "") + "\n")
         w("| store | concurrency | requests/s | p50 | p99 | / floor req/s | requests | errors |")
         w("|---|---:|---:|---:|---:|---:|---:|---:|")
-        for c in (1, 32, ("disk", 1), ("disk", 32)):
+        store_label = {None: "SQLite, tmpfs", "disk": "SQLite, disk",
+                       "log": "log (`KV_ENGINE=log`), tmpfs", "log-disk": "log (`KV_ENGINE=log`), disk"}
+        for c in (1, 32, ("disk", 1), ("disk", 32), ("log", 1), ("log", 32), ("log-disk", 1), ("log-disk", 32)):
             s = vstat(c)
             if not s:
                 continue
             cc = c[1] if isinstance(c, tuple) else c
             fl = wstat("floor", "GET /health", cc)
             ratio = f"{s['rps'] / fl['rps']:.0%}" if fl else "–"
-            w(f"| {'disk' if isinstance(c, tuple) else 'tmpfs'} | {cc} | {rate(s['rps'])} | {us(s['p50'])} "
+            w(f"| {store_label[c[0] if isinstance(c, tuple) else None]} | {cc} | {rate(s['rps'])} | {us(s['p50'])} "
               f"| {us(s['p99'])} | {ratio} | {s['requests']:,} | {s['errors']} |")
         w("")
     if kv_ops:
@@ -591,8 +622,10 @@ def main():
         ver_secs = profiles.get("verify", {}).get("secs")
         w(f"every run): `perf record -g -F {some['freq']}` of the `tfa-host` process for "
           f"{some['secs']:g} s while the column's load runs at")
+        verl_secs = profiles.get("verify_log", {}).get("secs")
         w("concurrency 32 (wrk as in the rows above; `/2fa/verify` "
           + (f"for {ver_secs:g} s " if ver_secs else "")
+          + (f"(on the log store's host {verl_secs:g} s) " if verl_secs else "")
           + "during a timed part of")
         w("`tfa-bench verify`, on its tmpfs host), each sample put in one category by")
         w("`bench/hostprofile.py` (a user-space sample by the function it was taken in, a kernel one")

@@ -396,6 +396,13 @@ start_host api-verify "$component" "$ver_port" "$shm/verify" "${cheap_argon[@]}"
 ver_pid=$host_pid
 verd_port=$(free_port)
 start_host api-verify-disk "$component" "$verd_port" "$out/api-verify-disk/data" "${cheap_argon[@]}"
+# The same with the log store (KV_ENGINE=log, host/src/logkv.rs): the store
+# in memory, every write in an append-only log synced before the response.
+verl_port=$(free_port)
+start_host api-verify-log "$component" "$verl_port" "$shm/verify-log" KV_ENGINE=log "${cheap_argon[@]}"
+verl_pid=$host_pid
+verld_port=$(free_port)
+start_host api-verify-log-disk "$component" "$verld_port" "$out/api-verify-log-disk/data" KV_ENGINE=log "${cheap_argon[@]}"
 # The physical floor of an HTTP server in Rust: hyper answering a fixed 200
 # on as many threads as cores (tfa-bench upstream).
 hyper_port=$(free_port)
@@ -469,13 +476,16 @@ for run_i in $(seq 1 "$RUNS"); do
     done
 done
 
-step "POST /2fa/verify on its own ($VERIFY_USERS users each on tmpfs and on disk, timed in turn)"
-# One driver times both hosts in turn (tmpfs, disk, for every run and
-# concurrency): target 3 compares the two, and this machine's speed drifts
-# over minutes. A failure leaves out the rows not yet printed.
-run "$bench_bin" verify --port "$ver_port,$verd_port" --users "$VERIFY_USERS" --conc 1,32 --runs "$RUNS" --secs "$VERIFY_SECS" >"$out/verify.jsonl" ||
+step "POST /2fa/verify on its own ($VERIFY_USERS users each, SQLite and the log store, each on tmpfs and on disk, timed in turn)"
+# One driver times the four hosts in turn (SQLite on tmpfs, on disk, the log
+# store on tmpfs, on disk, for every run and concurrency): target 3 compares
+# each store's two, and this machine's speed drifts over minutes. A failure
+# leaves out the rows not yet printed.
+run "$bench_bin" verify --port "$ver_port,$verd_port,$verl_port,$verld_port" --users "$VERIFY_USERS" --conc 1,32 --runs "$RUNS" --secs "$VERIFY_SECS" >"$out/verify.jsonl" ||
     echo "POST /2fa/verify on its own failed (see $out/api-verify*/host.log); the rows not printed are left out" >&2
-jq -c --argjson disk "$verd_port" 'if .port == $disk then .bench = "2fa_verify_disk" else . end' "$out/verify.jsonl" >>"$results"
+jq -c --argjson disk "$verd_port" --argjson log "$verl_port" --argjson logdisk "$verld_port" \
+    'if .port == $disk then .bench = "2fa_verify_disk" elif .port == $log then .bench = "2fa_verify_log"
+     elif .port == $logdisk then .bench = "2fa_verify_log_disk" else . end' "$out/verify.jsonl" >>"$results"
 
 # Where the host's CPU goes under load (target 1 asks for this profile):
 # perf samples the host process for PROFILE_SECS while a load runs at
@@ -528,27 +538,32 @@ if $perf_ok; then
     profile_wrk login "$api_pid" "$out/api/requests.log" "POST /api/auth/login 200 " "$api/auth/login" \
         WRK_METHOD=POST WRK_BODY="$login_body"
     # /2fa/verify: the window opens once the driver's timed part has begun
-    # (its logins are prepared before) and is short enough (2.5 s, 2 s in a
-    # quick run) to close before its users run out (one verification each:
-    # 9,000 users last 4 s at 2,200 verifications a second).
-    "$bench_bin" verify --port "$ver_port" --users "$((VERIFY_USERS * 3 / 2))" --conc 32 --runs 1 \
-        --secs 4 >/dev/null 2>"$out/perf-verify.log" &
-    vload=$!
-    for _ in $(seq 1 1800); do
-        grep -q 'timed part' "$out/perf-verify.log" 2>/dev/null && break
-        kill -0 "$vload" 2>/dev/null || break
-        sleep 0.1
-    done
-    if grep -q 'timed part' "$out/perf-verify.log"; then
-        sleep 0.3
-        WINDOW=2.5
-        [ "$mode" = quick ] && WINDOW=2
-        WINDOW=$WINDOW profile_window verify "$ver_pid" "$out/api-verify/requests.log" "POST /api/2fa/verify 200 "
-    else
-        echo "tfa-bench verify did not reach its timed part: no /2fa/verify profile" >&2
-    fi
-    wait "$vload" || true
-    echo "perf record -q -F $PROFILE_FREQ -g -p <tfa-host> -- sleep $PROFILE_SECS   (during wrk -t2 -c32 on the floor's GET /health, GET /health, GET /auth/me, POST /auth/login; 2.5 s during the timed part of tfa-bench verify --users $((VERIFY_USERS * 3 / 2)) --conc 32 --runs 1 --secs 4); python3 bench/hostprofile.py --data <perf.data> …" >>"$commands"
+    # (its logins are prepared before) and is short enough to close before
+    # its users run out (one verification each: 9,000 users last 4 s at
+    # 2,200 verifications a second on SQLite, about 2 s at 4,500 on the log
+    # store): 2.5 s on SQLite, 1.5 s on the log store, less in a quick run.
+    profile_verify() { # workload port pid host-dir window quick-window
+        "$bench_bin" verify --port "$2" --users "$((VERIFY_USERS * 3 / 2))" --conc 32 --runs 1 \
+            --secs 4 >/dev/null 2>"$out/perf-$1.log" &
+        vload=$!
+        for _ in $(seq 1 1800); do
+            grep -q 'timed part' "$out/perf-$1.log" 2>/dev/null && break
+            kill -0 "$vload" 2>/dev/null || break
+            sleep 0.1
+        done
+        if grep -q 'timed part' "$out/perf-$1.log"; then
+            sleep 0.3
+            WINDOW=$5
+            [ "$mode" = quick ] && WINDOW=$6
+            WINDOW=$WINDOW profile_window "$1" "$3" "$4/requests.log" "POST /api/2fa/verify 200 "
+        else
+            echo "tfa-bench verify did not reach its timed part: no $1 profile" >&2
+        fi
+        wait "$vload" || true
+    }
+    profile_verify verify "$ver_port" "$ver_pid" "$out/api-verify" 2.5 2
+    profile_verify verify_log "$verl_port" "$verl_pid" "$out/api-verify-log" 1.5 1
+    echo "perf record -q -F $PROFILE_FREQ -g -p <tfa-host> -- sleep $PROFILE_SECS   (during wrk -t2 -c32 on the floor's GET /health, GET /health, GET /auth/me, POST /auth/login; 2.5 s (the log store: 1.5 s) during the timed part of tfa-bench verify --users $((VERIFY_USERS * 3 / 2)) --conc 32 --runs 1 --secs 4); python3 bench/hostprofile.py --data <perf.data> …" >>"$commands"
 fi
 
 step "store operations per request (KV_COUNT=true)"
