@@ -125,7 +125,7 @@ pub struct LogKv {
     state: Arc<Mutex<State>>,
     /// Frames synced so far (`State::appended` at the last sync).
     synced: Arc<AtomicU64>,
-    waiters: Mutex<mpsc::Sender<Waiter>>,
+    waiters: mpsc::Sender<Waiter>,
     /// The sync thread, joined on drop after its last flush.
     syncer: Option<std::thread::JoinHandle<()>>,
     /// Held for the store's lifetime: the directory's `flock`.
@@ -137,10 +137,7 @@ impl Drop for LogKv {
         // Closing the channel makes the sync thread flush what is left and
         // end; the lock is released only after that.
         let (closed, _) = mpsc::channel();
-        drop(std::mem::replace(
-            self.waiters.get_mut().unwrap_or_else(|p| p.into_inner()),
-            closed,
-        ));
+        drop(std::mem::replace(&mut self.waiters, closed));
         if let Some(t) = self.syncer.take() {
             let _ = t.join();
         }
@@ -215,7 +212,7 @@ impl LogKv {
             emulation,
             state,
             synced,
-            waiters: Mutex::new(tx),
+            waiters: tx,
             syncer: Some(syncer),
             _lock: lock,
         })
@@ -240,26 +237,44 @@ impl LogKv {
         }
     }
 
-    /// Applies `ops` to the map and appends them as one frame.
-    fn apply(s: &mut State, ops: &[Op<'_>]) {
-        let mut payload = Vec::new();
+    /// Applies `ops` to the map and appends them as one frame (written in
+    /// place: its header is filled in once the payload is there).
+    fn apply(s: &mut State, ops: &[Op<'_>]) -> KvResult<()> {
+        let size: usize = ops
+            .iter()
+            .map(|op| match op {
+                Op::Set(k, v) => 9 + k.len() + v.len(),
+                Op::Delete(k) => 5 + k.len(),
+            })
+            .sum();
+        if size > MAX_FRAME {
+            return Err(err(format!(
+                "a write of {size} bytes is larger than a frame may be ({MAX_FRAME} bytes)"
+            )));
+        }
+        let start = s.pending.len();
+        s.pending.extend_from_slice(&[0; 8]);
         for op in ops {
             match op {
                 Op::Set(k, v) => {
-                    payload.push(b's');
-                    put_bytes(&mut payload, k.as_bytes());
-                    put_bytes(&mut payload, v);
+                    s.pending.push(b's');
+                    put_bytes(&mut s.pending, k.as_bytes());
+                    put_bytes(&mut s.pending, v);
                     s.map.insert(Arc::from(*k), Arc::from(*v));
                 }
                 Op::Delete(k) => {
-                    payload.push(b'd');
-                    put_bytes(&mut payload, k.as_bytes());
+                    s.pending.push(b'd');
+                    put_bytes(&mut s.pending, k.as_bytes());
                     s.map.remove(*k);
                 }
             }
         }
-        put_frame(&mut s.pending, &payload);
+        let payload = &s.pending[start + 8..];
+        let (len, crc) = (payload.len() as u32, crc32fast::hash(payload));
+        s.pending[start..start + 4].copy_from_slice(&len.to_le_bytes());
+        s.pending[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
         s.appended += 1;
+        Ok(())
     }
 
     fn increment_in(&self, key: &str, delta: i64) -> KvResult<i64> {
@@ -275,7 +290,7 @@ impl LogKv {
         }
         let new = old.wrapping_add(delta);
         let bytes = self.counter_bytes(new);
-        LogKv::apply(&mut s, &[Op::Set(key, &bytes)]);
+        LogKv::apply(&mut s, &[Op::Set(key, &bytes)])?;
         Ok(new)
     }
 
@@ -312,14 +327,13 @@ impl KvBackend for LogKv {
     }
 
     fn set(&self, key: &str, value: &[u8]) -> KvResult<()> {
-        LogKv::apply(&mut *self.lock()?, &[Op::Set(key, value)]);
-        Ok(())
+        LogKv::apply(&mut *self.lock()?, &[Op::Set(key, value)])
     }
 
     fn delete(&self, key: &str) -> KvResult<()> {
         let mut s = self.lock()?;
         if s.map.contains_key(key) {
-            LogKv::apply(&mut s, &[Op::Delete(key)]);
+            LogKv::apply(&mut s, &[Op::Delete(key)])?;
         }
         Ok(())
     }
@@ -345,8 +359,7 @@ impl KvBackend for LogKv {
 
     fn set_many(&self, pairs: &[(String, Vec<u8>)]) -> KvResult<()> {
         let ops: Vec<Op<'_>> = pairs.iter().map(|(k, v)| Op::Set(k, v)).collect();
-        LogKv::apply(&mut *self.lock()?, &ops);
-        Ok(())
+        LogKv::apply(&mut *self.lock()?, &ops)
     }
 
     fn delete_many(&self, keys: &[String]) -> KvResult<()> {
@@ -357,7 +370,7 @@ impl KvBackend for LogKv {
             .map(|k| Op::Delete(k))
             .collect();
         if !ops.is_empty() {
-            LogKv::apply(&mut s, &ops);
+            LogKv::apply(&mut s, &ops)?;
         }
         Ok(())
     }
@@ -370,7 +383,7 @@ impl KvBackend for LogKv {
         let mut s = self.lock()?;
         match s.map.get(key) {
             Some(v) if **v == *expected => {
-                LogKv::apply(&mut s, &[Op::Set(key, new)]);
+                LogKv::apply(&mut s, &[Op::Set(key, new)])?;
                 Ok(true)
             }
             _ => Ok(false),
@@ -430,12 +443,7 @@ impl KvBackend for LogKv {
             return None;
         }
         let (waiter, answer) = tokio::sync::oneshot::channel();
-        let sent = self
-            .waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .send(waiter)
-            .is_ok();
+        let sent = self.waiters.send(waiter).is_ok();
         Some(Box::pin(async move {
             let stopped = || err("the sync thread has stopped");
             if !sent {

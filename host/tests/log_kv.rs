@@ -344,6 +344,23 @@ fn compaction_loses_nothing() {
     assert!(!files(&dir.0).iter().any(|n| n.ends_with(".tmp")));
 }
 
+/// A write too large for one frame is refused before it changes anything
+/// (a frame that large would be read back as damage).
+#[test]
+fn a_write_larger_than_a_frame_is_refused() {
+    let dir = TempDir::new("huge");
+    let kv = LogKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap();
+    kv.set("k", b"small").unwrap();
+    let huge = vec![0u8; (64 << 20) + 1];
+    let e = kv.set("k", &huge).unwrap_err();
+    assert!(e.0.contains("larger than a frame"), "{e}");
+    assert_eq!(kv.get("k").unwrap(), Some(b"small".to_vec()));
+    wait(kv.durable());
+    drop(kv);
+    let kv = LogKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap();
+    assert_eq!(kv.get("k").unwrap(), Some(b"small".to_vec()));
+}
+
 /// One process per directory; the engines never open each other's data.
 #[test]
 fn one_store_per_directory() {

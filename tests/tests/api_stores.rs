@@ -12,11 +12,29 @@ use tfa_core::plumbing::ratelimit;
 
 #[test]
 fn data_survives_a_clean_restart() {
-    let host = Host::start(HostOptions::default());
+    survives_a_clean_restart(HostOptions::default());
+}
+
+/// The same with the log store (`KV_ENGINE=log`, local host only): SIGTERM
+/// flushes what the work after the last responses wrote.
+#[test]
+fn data_survives_a_clean_restart_with_the_log_store() {
+    survives_a_clean_restart(HostOptions {
+        env: vec![("KV_ENGINE".into(), "log".into())],
+        ..Default::default()
+    });
+}
+
+fn survives_a_clean_restart(opts: HostOptions) {
+    let env = opts.env.clone();
+    let host = Host::start(opts);
     let c = host.client.clone();
     let u = register(&c, "dora");
     let (secret, backups, step) = enable_totp(&c, &u);
-    let opts = host.restart_options();
+    let opts = HostOptions {
+        env,
+        ..host.restart_options()
+    };
     assert_eq!(host.stop(), Some(0), "SIGTERM ends the host cleanly");
 
     let host = Host::start(opts);
