@@ -161,7 +161,10 @@ impl LogKv {
     /// [`LogKv::open_dir`] with `options`.
     pub fn open_with(data_dir: &Path, emulation: KvEmulation, options: Options) -> KvResult<LogKv> {
         let dir = data_dir.join(LOG_DIR);
-        std::fs::create_dir_all(&dir).map_err(io("cannot create", &dir))?;
+        if !dir.is_dir() {
+            std::fs::create_dir_all(&dir).map_err(io("cannot create", &dir))?;
+            sync_dir(data_dir)?;
+        }
         let lock_path = dir.join("kv.lock");
         let lock = OpenOptions::new()
             .create(true)
