@@ -860,12 +860,7 @@ impl KvBackend for SqliteKv {
     }
 
     fn swap(&self, key: &str, seen: Option<Option<&[u8]>>, new: &[u8]) -> KvResult<bool> {
-        match (self.emulation, seen) {
-            (_, Some(Some(expected))) => self.compare_and_swap(key, expected, new),
-            // Spin's `None` branch: nothing seen, so an unconditional write.
-            (KvEmulation::Spin402, _) => self.set(key, new).map(|()| true),
-            (KvEmulation::None, _) => Ok(false),
-        }
+        sqlite_swap(self, key, seen, new)
     }
 
     fn describe(&self) -> String {
@@ -985,6 +980,24 @@ impl SqliteKv {
     fn increment_le(&self, key: &str, delta: i64) -> KvResult<i64> {
         let key = key.to_string();
         self.write(vec![key.clone()], move |c| increment_le_in(c, &key, delta))
+    }
+}
+
+/// `swap` as Spin 4.0.2's SQLite store does it, for this host's stores in
+/// `DATA_DIR` (SQLite and [`crate::logkv::LogKv`]): a handle that saw a
+/// value swaps only that value; one that saw none (or never read) writes
+/// unconditionally (Spin's `None` branch) with `KV_EMULATE=spin-4.0.2`, and
+/// never swaps with `none`.
+pub(crate) fn sqlite_swap<B: KvBackend + ?Sized>(
+    store: &B,
+    key: &str,
+    seen: Option<Option<&[u8]>>,
+    new: &[u8],
+) -> KvResult<bool> {
+    match (store.emulation(), seen) {
+        (_, Some(Some(expected))) => store.compare_and_swap(key, expected, new),
+        (KvEmulation::Spin402, _) => store.set(key, new).map(|()| true),
+        (KvEmulation::None, _) => Ok(false),
     }
 }
 

@@ -412,12 +412,7 @@ impl KvBackend for LogKv {
     }
 
     fn swap(&self, key: &str, seen: Option<Option<&[u8]>>, new: &[u8]) -> KvResult<bool> {
-        match (self.emulation, seen) {
-            (_, Some(Some(expected))) => self.compare_and_swap(key, expected, new),
-            // Spin's SQLite store: nothing seen, so an unconditional write.
-            (KvEmulation::Spin402, _) => self.set(key, new).map(|()| true),
-            (KvEmulation::None, _) => Ok(false),
-        }
+        crate::kv::sqlite_swap(self, key, seen, new)
     }
 
     fn describe(&self) -> String {
