@@ -81,14 +81,18 @@ pub const TEST_SETTINGS: &[(&str, &str)] = &[
     ("CORS_ORIGINS", "https://app.example.com"),
 ];
 
-/// A unique scratch directory under the target directory.
+/// A unique scratch directory under the target directory: the process,
+/// the time and a counter, since two tests of one process can ask within
+/// the clock's resolution (two hosts then shared one data directory).
 pub fn scratch_dir(name: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let base = crate::root().join("target").join("e2e-scratch");
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    let dir = base.join(format!("{name}-{}-{nanos}", std::process::id()));
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = base.join(format!("{name}-{}-{nanos}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
 }
