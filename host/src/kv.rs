@@ -507,6 +507,10 @@ fn in_savepoint<T>(c: &Connection, f: impl FnOnce(&Connection) -> KvResult<T>) -
     out
 }
 
+/// The SQLite store's file in `DATA_DIR` (beside the log store's folder,
+/// [`crate::logkv::LOG_DIR`]).
+pub const SQLITE_FILE: &str = "kv.sqlite3";
+
 /// Connections kept open for reuse.
 const SQLITE_POOL: usize = 8;
 
@@ -520,7 +524,7 @@ impl SqliteKv {
     pub fn open_dir(dir: &Path, emulation: KvEmulation) -> KvResult<SqliteKv> {
         std::fs::create_dir_all(dir)
             .map_err(|e| KvError(format!("cannot create {}: {e}", dir.display())))?;
-        Self::open(&dir.join("kv.sqlite3"), emulation)
+        Self::open(&dir.join(SQLITE_FILE), emulation)
     }
 
     /// Opens (creating if needed) the database file `path`. With
@@ -1496,7 +1500,7 @@ pub fn open_store(
     ca_file: Option<&Path>,
 ) -> KvResult<Arc<dyn KvBackend>> {
     let url = kv_url.map(str::trim).filter(|u| !u.is_empty());
-    let sqlite = data_dir.join("kv.sqlite3");
+    let sqlite = data_dir.join(SQLITE_FILE);
     let log = data_dir.join(crate::logkv::LOG_DIR);
     match (engine, url) {
         (KvEngine::Log, Some(_)) => Err(KvError(
