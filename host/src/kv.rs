@@ -844,23 +844,7 @@ impl KvBackend for SqliteKv {
     }
 
     fn get_many_pairs(&self, keys: &[String]) -> KvResult<Vec<(String, Option<Vec<u8>>)>> {
-        if self.emulation == KvEmulation::None {
-            return Ok(keys.iter().cloned().zip(self.get_many(keys)?).collect());
-        }
-        // Spin: `SELECT key, value … WHERE key IN rarray(:keys)`, which
-        // yields the keys that exist, each once, in key order.
-        let asked: Vec<String> = keys
-            .iter()
-            .cloned()
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let values = self.get_many(&asked)?;
-        Ok(asked
-            .into_iter()
-            .zip(values)
-            .filter(|(_, v)| v.is_some())
-            .collect())
+        sqlite_get_many_pairs(self, keys)
     }
 
     fn swap(&self, key: &str, seen: Option<Option<&[u8]>>, new: &[u8]) -> KvResult<bool> {
@@ -985,6 +969,33 @@ impl SqliteKv {
         let key = key.to_string();
         self.write(vec![key.clone()], move |c| increment_le_in(c, &key, delta))
     }
+}
+
+/// `get-many` as Spin 4.0.2's SQLite store answers it, for this host's
+/// stores in `DATA_DIR` (SQLite and [`crate::logkv::LogKv`]): with
+/// `KV_EMULATE=spin-4.0.2`, `SELECT key, value … WHERE key IN
+/// rarray(:keys)`, which yields the keys that exist, each once, in key
+/// order (one `get_many`, so from one snapshot); with `none`, every asked
+/// key in order.
+pub(crate) fn sqlite_get_many_pairs<B: KvBackend + ?Sized>(
+    store: &B,
+    keys: &[String],
+) -> KvResult<Vec<(String, Option<Vec<u8>>)>> {
+    if store.emulation() == KvEmulation::None {
+        return Ok(keys.iter().cloned().zip(store.get_many(keys)?).collect());
+    }
+    let asked: Vec<String> = keys
+        .iter()
+        .cloned()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let values = store.get_many(&asked)?;
+    Ok(asked
+        .into_iter()
+        .zip(values)
+        .filter(|(_, v)| v.is_some())
+        .collect())
 }
 
 /// `swap` as Spin 4.0.2's SQLite store does it, for this host's stores in

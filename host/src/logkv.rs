@@ -64,7 +64,7 @@
 //! more operations, `s` + key + value or `d` + key, each string as
 //! `u32 LE length` + bytes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -398,17 +398,7 @@ impl KvBackend for LogKv {
     }
 
     fn get_many_pairs(&self, keys: &[String]) -> KvResult<Vec<(String, Option<Vec<u8>>)>> {
-        if self.emulation == KvEmulation::None {
-            return Ok(keys.iter().cloned().zip(self.get_many(keys)?).collect());
-        }
-        // As Spin's SQLite store answers: the keys that exist, each once,
-        // in key order.
-        let asked: BTreeSet<&String> = keys.iter().collect();
-        let s = self.lock()?;
-        Ok(asked
-            .into_iter()
-            .filter_map(|k| Some((k.clone(), Some(s.map.get(k.as_str())?.to_vec()))))
-            .collect())
+        crate::kv::sqlite_get_many_pairs(self, keys)
     }
 
     fn swap(&self, key: &str, seen: Option<Option<&[u8]>>, new: &[u8]) -> KvResult<bool> {
