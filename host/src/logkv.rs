@@ -515,24 +515,25 @@ impl Syncer {
             }
             (std::mem::take(&mut s.pending), s.appended)
         };
-        if let Err(e) = self.write_synced(&frames) {
+        if let Err(e) = self.write_synced(&frames, upto) {
             self.stop(&e);
             return Err(e);
         }
-        self.synced.store(upto, Ordering::Release);
         Ok(())
     }
 
-    fn write_synced(&mut self, frames: &[u8]) -> KvResult<()> {
-        if frames.is_empty() {
-            return Ok(());
+    /// Writes and syncs `frames`, the frames up to number `upto`, and marks
+    /// those synced.
+    fn write_synced(&mut self, frames: &[u8], upto: u64) -> KvResult<()> {
+        if !frames.is_empty() {
+            let path = log_file(&self.dir, self.generation);
+            self.log
+                .write_all(frames)
+                .map_err(io("cannot write", &path))?;
+            self.log.sync_data().map_err(io("cannot sync", &path))?;
+            self.log_bytes += frames.len() as u64;
         }
-        let path = log_file(&self.dir, self.generation);
-        self.log
-            .write_all(frames)
-            .map_err(io("cannot write", &path))?;
-        self.log.sync_data().map_err(io("cannot sync", &path))?;
-        self.log_bytes += frames.len() as u64;
+        self.synced.store(upto, Ordering::Release);
         Ok(())
     }
 
@@ -544,8 +545,7 @@ impl Syncer {
             let mut s = self.state();
             (s.map.clone(), std::mem::take(&mut s.pending), s.appended)
         };
-        self.write_synced(&frames)?;
-        self.synced.store(upto, Ordering::Release);
+        self.write_synced(&frames, upto)?;
         let next = self.generation + 1;
         let log_path = log_file(&self.dir, next);
         let log = OpenOptions::new()
