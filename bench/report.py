@@ -602,8 +602,9 @@ def main():
         w("`sched:next` check). The host lets one request per `MAINTENANCE_INTERVAL_MS` (1 s)")
         w("make that check and marks the others to skip it, so a row's last call usually has")
         w("none; under Spin every request except `GET /health` and `/health/ready` adds that")
-        w("one read. A record update under `tfa_core::lock` costs 4 operations besides")
-        w("its read and write (increment, two neighbour reads, delete).\n")
+        w("one read. A record update under `tfa_core::lock` costs 3 operations besides")
+        w("its read and write (increment, one neighbour read, delete; 4 with two")
+        w("neighbour reads until 2026-12-02).\n")
         w("| request | requests | before the response (get/set/delete/increment) | in all | total ops |")
         w("|---|---:|---|---|---:|")
         def fmt(c):

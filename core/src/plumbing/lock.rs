@@ -16,21 +16,28 @@
 //!
 //! 1. `increment(lk:{name}:{b}, 1)`; only the caller that gets 1 may go on
 //!    (the others retry once the key is gone);
-//! 2. it then reads the keys of the neighbouring periods `b - 1` and `b + 1`;
-//!    if either exists, a request whose clock is in another period holds the
-//!    lock, so it deletes its own key and retries. Two callers in adjacent
-//!    periods each write their own key before reading the other's, so at
-//!    least one of them sees the other (they may both back off, never both
-//!    go on);
+//! 2. it then reads the key of one neighbouring period: `b - 1` when its
+//!    clock is in the first half of `b`, `b + 1` when in the second half.
+//!    If that key exists, a request whose clock is in another period holds
+//!    the lock, so it deletes its own key and retries;
 //! 3. the holder reads, changes and writes what the lock protects, then
 //!    deletes its key.
 //!
+//! Why one neighbour is enough: take two callers whose clock readings
+//! `t1 < t2` are less than half a period apart. Either they are in the same
+//! period (one key, and `increment` lets one of them through), or `t1` is in
+//! the second half of `b` and `t2` in the first half of `b + 1`, so each
+//! reads the other's key. Each writes its own key before reading the
+//! other's, so at least one of them sees the other: they may both back off,
+//! never both go on.
+//!
 //! A holder that dies (a trap, a killed process, a store failure on
-//! release) leaves its key behind; callers whose period is two or more
-//! periods later never look at it, so the lock lapses after at most
-//! `2 * LEASE_MS`. In exchange, the section a lock protects must end within
-//! `LEASE_MS` of the holder's `now_ms` (clock skew between instances
-//! included): in core it is one read, a pure function and one write.
+//! release) leaves its key behind; a caller reads it only from the second
+//! half of the period before to the first half of the period after, so the
+//! lock lapses after at most `1.5 * LEASE_MS`. In exchange, the section a
+//! lock protects must end within `LEASE_MS / 2` of the holder's `now_ms`
+//! (clock skew between instances included): in core it is one read, a pure
+//! function and one write.
 //!
 //! Presence is read with `get`, which every backend answers for a counter
 //! (digits on Redis, 8 bytes on Spin's SQLite); the value is never read.
@@ -40,10 +47,10 @@
 use crate::contract::error::ApiError;
 use crate::contract::ports::Store;
 
-/// Length of a lease period. A locked section must end within this time of
-/// the holder's `now_ms`; a dead holder blocks the key for at most twice
-/// this.
-pub const LEASE_MS: u64 = 10_000;
+/// Length of a lease period. A locked section must end within half of this
+/// (10 s) of the holder's `now_ms`; a dead holder blocks the key for at most
+/// one and a half times this (30 s).
+pub const LEASE_MS: u64 = 20_000;
 
 /// Attempts before a caller gives up with 503 `Service unavailable`. With a
 /// host's [`Store::pause`] of about a millisecond (more for later attempts)
@@ -60,14 +67,23 @@ fn lock_key(name: &str, period: u64) -> String {
     format!("lk:{name}:{period}")
 }
 
+/// The key a caller at `now_ms` takes, and the one neighbouring key it
+/// reads (module documentation, step 2); none before period 0.
+fn keys(name: &str, now_ms: u64) -> (String, Option<String>) {
+    let period = now_ms / LEASE_MS;
+    let neighbour = if now_ms % LEASE_MS < LEASE_MS / 2 {
+        period.checked_sub(1)
+    } else {
+        period.checked_add(1)
+    };
+    (lock_key(name, period), neighbour.map(|p| lock_key(name, p)))
+}
+
 /// Takes the lock on `name` (steps 1 and 2 of the module documentation).
 /// Fails with [`ApiError::Unavailable`] after [`ATTEMPTS`] tries, or when
 /// the store fails.
 pub fn acquire(store: &dyn Store, name: &str, now_ms: u64) -> Result<Held, ApiError> {
-    let period = now_ms / LEASE_MS;
-    let mine = lock_key(name, period);
-    let before = period.checked_sub(1).map(|p| lock_key(name, p));
-    let after = period.checked_add(1).map(|p| lock_key(name, p));
+    let (mine, neighbour) = keys(name, now_ms);
     for attempt in 0..ATTEMPTS {
         if attempt > 0 {
             store.pause(attempt);
@@ -79,13 +95,10 @@ pub fn acquire(store: &dyn Store, name: &str, now_ms: u64) -> Result<Held, ApiEr
         if store.increment(&mine, 1)? != 1 {
             continue;
         }
-        let mut neighbour_held = false;
-        for key in [&before, &after].into_iter().flatten() {
-            if store.get(key)?.is_some() {
-                neighbour_held = true;
-                break;
-            }
-        }
+        let neighbour_held = match &neighbour {
+            Some(key) => store.get(key)?.is_some(),
+            None => false,
+        };
         if !neighbour_held {
             return Ok(Held { key: mine });
         }
@@ -141,23 +154,76 @@ mod tests {
     #[test]
     fn a_holder_in_the_neighbouring_period_blocks_both_ways() {
         let store = MemoryStore::new();
-        let early = acquire(&store, "k", 19_999).unwrap(); // period 1
-        assert!(acquire(&store, "k", 20_000).is_err()); // period 2
+        let early = acquire(&store, "k", 2 * LEASE_MS - 1).unwrap(); // period 1
+        assert!(acquire(&store, "k", 2 * LEASE_MS).is_err()); // period 2
         release(&store, early);
-        let late = acquire(&store, "k", 20_000).unwrap();
-        assert!(acquire(&store, "k", 19_999).is_err());
+        let late = acquire(&store, "k", 2 * LEASE_MS).unwrap();
+        assert!(acquire(&store, "k", 2 * LEASE_MS - 1).is_err());
         release(&store, late);
         assert!(store.is_empty());
     }
 
+    /// The proof of the module documentation, checked on every pair of
+    /// clock readings less than half a period apart around two period
+    /// boundaries: the two callers share a key, or each reads the other's.
     #[test]
-    fn a_dead_holder_blocks_for_at_most_two_periods() {
+    fn callers_less_than_half_a_period_apart_always_meet() {
+        let half = LEASE_MS / 2;
+        let step = 997; // prime, so the grid hits many offsets in a period
+        for base in [0, 7 * LEASE_MS] {
+            let mut t1 = base;
+            while t1 < base + 2 * LEASE_MS {
+                for gap in [0, 1, 2, step, half / 2, half - 2, half - 1] {
+                    let t2 = t1 + gap;
+                    let (k1, n1) = keys("k", t1);
+                    let (k2, n2) = keys("k", t2);
+                    assert!(
+                        k1 == k2 || (n1.as_ref() == Some(&k2) && n2.as_ref() == Some(&k1)),
+                        "t1 {t1}, t2 {t2}: {k1} {n1:?} / {k2} {n2:?}"
+                    );
+                    // And through the store, in both orders.
+                    let store = MemoryStore::new();
+                    let a = acquire(&store, "k", t1).unwrap();
+                    assert!(acquire(&store, "k", t2).is_err(), "{t1} then {t2}");
+                    release(&store, a);
+                    let b = acquire(&store, "k", t2).unwrap();
+                    assert!(acquire(&store, "k", t1).is_err(), "{t2} then {t1}");
+                    release(&store, b);
+                }
+                t1 += step;
+            }
+        }
+    }
+
+    #[test]
+    fn one_neighbour_read_per_free_lock() {
         let store = MemoryStore::new();
-        let dead = acquire(&store, "k", 10 * LEASE_MS).unwrap();
-        std::mem::forget(dead);
-        assert!(acquire(&store, "k", 11 * LEASE_MS).is_err());
-        let later = acquire(&store, "k", 12 * LEASE_MS).unwrap();
-        release(&store, later);
+        let (mine, neighbour) = keys("k", 3 * LEASE_MS + 1);
+        assert_eq!(mine, "lk:k:3");
+        assert_eq!(neighbour.as_deref(), Some("lk:k:2"));
+        let (_, neighbour) = keys("k", 3 * LEASE_MS + LEASE_MS / 2);
+        assert_eq!(neighbour.as_deref(), Some("lk:k:4"));
+        assert_eq!(keys("k", 1).1, None, "no period before 0");
+        let held = acquire(&store, "k", 3 * LEASE_MS + 1).unwrap();
+        release(&store, held);
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn a_dead_holder_blocks_for_at_most_one_and_a_half_periods() {
+        let half = LEASE_MS / 2;
+        // Held at the start of period 10: blocks up to the middle of 11.
+        let store = MemoryStore::new();
+        std::mem::forget(acquire(&store, "k", 10 * LEASE_MS).unwrap());
+        assert!(acquire(&store, "k", 11 * LEASE_MS + half - 1).is_err());
+        release(&store, acquire(&store, "k", 11 * LEASE_MS + half).unwrap());
+        // Held at the end of period 10: the same bound.
+        let store = MemoryStore::new();
+        std::mem::forget(acquire(&store, "k", 11 * LEASE_MS - 1).unwrap());
+        assert!(acquire(&store, "k", 11 * LEASE_MS + half - 1).is_err());
+        release(&store, acquire(&store, "k", 11 * LEASE_MS + half).unwrap());
+        // Callers of the period before, in its second half, see it too.
+        assert!(acquire(&store, "k", 10 * LEASE_MS - 1).is_err());
     }
 
     #[test]
