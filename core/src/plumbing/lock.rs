@@ -163,8 +163,8 @@ mod tests {
         assert!(store.is_empty());
     }
 
-    /// The proof of the module documentation, checked on every pair of
-    /// clock readings less than half a period apart around two period
+    /// The argument of the module documentation, checked on a grid of pairs
+    /// of clock readings less than half a period apart around two period
     /// boundaries: the two callers share a key, or each reads the other's.
     #[test]
     fn callers_less_than_half_a_period_apart_always_meet() {
@@ -196,7 +196,7 @@ mod tests {
     }
 
     #[test]
-    fn one_neighbour_read_per_free_lock() {
+    fn which_neighbour_a_caller_reads() {
         let store = MemoryStore::new();
         let (mine, neighbour) = keys("k", 3 * LEASE_MS + 1);
         assert_eq!(mine, "lk:k:3");
