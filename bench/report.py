@@ -1001,10 +1001,10 @@ def main():
           + "`GET /auth/me` of a user holding the 100 sessions a user may have reads a larger user "
           "record than this row's (one session). "
           + (f"`POST /2fa/verify` makes {sum(kv_ops['POST /api/2fa/verify']['total'].values())} store calls "
-             if "total" in kv_ops.get("POST /api/2fa/verify", {}) else "`POST /2fa/verify` makes 18 store calls ")
+             if "total" in kv_ops.get("POST /api/2fa/verify", {}) else "`POST /2fa/verify` makes the store calls ")
           + "(the table above); on this host's SQLite store "
-          "its counter read (`increment` by 0 of the temp token's use counter) and the delete of the "
-          "usually absent failure counter are reads, each of the other writes before the "
+          "the delete of the usually absent failure counter is a read, each of the other writes "
+          "before the "
           "response waits for its commit (the writer thread's next transaction), and the "
           "response for one sync of the write-ahead log. "
           "Profiled in the host on 2026-11-27 (`perf record` of `tfa-bench handle` for "

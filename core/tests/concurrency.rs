@@ -309,3 +309,104 @@ fn a_session_ended_while_it_is_refreshed_stays_ended() {
         }
     }
 }
+
+/// What [`BeforeExchange`] runs.
+type Hook = Box<dyn FnOnce(&MemoryStore) + Send>;
+
+/// A store that runs a hook once, just before the first exchange of a temp
+/// token (`increment` by `mfa::EXCHANGED`): another request finishes there.
+struct BeforeExchange {
+    inner: MemoryStore,
+    hook: std::sync::Mutex<Option<Hook>>,
+}
+
+impl tfa_core::Store for BeforeExchange {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, tfa_core::StoreError> {
+        self.inner.get(key)
+    }
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), tfa_core::StoreError> {
+        self.inner.set(key, value)
+    }
+    fn delete(&self, key: &str) -> Result<(), tfa_core::StoreError> {
+        self.inner.delete(key)
+    }
+    fn increment(&self, key: &str, delta: i64) -> Result<i64, tfa_core::StoreError> {
+        if delta == tfa_core::api::mfa::EXCHANGED {
+            let hook = self.hook.lock().unwrap().take();
+            if let Some(hook) = hook {
+                hook(&self.inner);
+            }
+        }
+        self.inner.increment(key, delta)
+    }
+}
+
+/// Two temp tokens check one backup code, and the other spends it between
+/// this one's check and its exchange: this one loses the race, counts as a
+/// failure, and gets its token back (one attempt used), so the user can
+/// finish with another code. Its counter says "not exchanged" again.
+#[test]
+fn an_exchange_that_loses_the_race_for_its_code_gives_the_token_back() {
+    use tfa_core::testing::SeededRng;
+    use tfa_core::{Env, Step};
+    let store = Arc::new(BeforeExchange {
+        inner: MemoryStore::new(),
+        hook: std::sync::Mutex::new(None),
+    });
+    let mut h = Harness::with(test_config(&[]), store.clone());
+    let u = register(&mut h, "erin");
+    let (_, backups) = enable_totp(&mut h, &u);
+    let winner = temp_token(&mut h, &u, "192.0.2.30");
+    let loser = temp_token(&mut h, &u, "192.0.2.31");
+    let service = Service::new(test_config(&[]));
+    let now_ms = h.now_ms;
+    let code = backups[0].clone();
+    let won = Arc::new(std::sync::Mutex::new(None));
+    let (won2, body) = (
+        won.clone(),
+        json!({ "tempToken": winner, "backupCode": code }),
+    );
+    *store.hook.lock().unwrap() = Some(Box::new(move |inner: &MemoryStore| {
+        let mut rng = SeededRng::new(77);
+        let mut env = Env {
+            store: inner,
+            rng: &mut rng,
+            now_ms,
+        };
+        let req = post("/2fa/verify-backup-code", body).peer("192.0.2.30");
+        let Step::Respond(reply) = service.handle(&mut env, &req) else {
+            panic!("no delivery expected")
+        };
+        *won2.lock().unwrap() = Some(reply.response.status);
+    }));
+    let resp = h.call(
+        post(
+            "/2fa/verify-backup-code",
+            json!({ "tempToken": loser, "backupCode": code }),
+        )
+        .peer("192.0.2.31"),
+    );
+    assert_eq!(
+        *won.lock().unwrap(),
+        Some(200),
+        "the other request ran first"
+    );
+    assert_error(&resp, 400, "This backup code has already been used");
+    let resp = h.call(
+        post(
+            "/2fa/verify-backup-code",
+            json!({ "tempToken": loser, "backupCode": backups[1] }),
+        )
+        .peer("192.0.2.31"),
+    );
+    assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
+    assert_eq!(data(&resp)["remainingCodes"], 8);
+    // Both tokens are spent now.
+    for t in [&winner, &loser] {
+        let resp = h.call(post(
+            "/2fa/verify-backup-code",
+            json!({ "tempToken": t, "backupCode": backups[2] }),
+        ));
+        assert_error(&resp, 400, "Invalid temp token");
+    }
+}

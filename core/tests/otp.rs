@@ -194,6 +194,15 @@ fn sms_login_resend_and_expiry() {
         .status,
         200
     );
+    // An exchanged temp token sends no more codes.
+    assert_error(
+        &h.call(post(
+            "/2fa/send-code",
+            json!({ "tempToken": temp3, "method": "sms" }),
+        )),
+        400,
+        "Invalid temp token",
+    );
 }
 
 #[test]

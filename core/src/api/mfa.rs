@@ -1,11 +1,15 @@
 //! The second step of a login: temp tokens, `POST /2fa/verify`,
 //! `POST /2fa/verify-backup-code`, and the per-account lock.
 //!
-//! A temp token (5 minutes) names its `jti`. Two counters hang off it:
-//! `tt:{jti}` counts attempts (each verification reserves one before checking;
-//! the token is dead once more than 5 have been made, so 5 wrong codes kill
-//! it) and `ttu:{jti}` is claimed once when the token is exchanged for a
-//! session. Both are scheduled for removal when the token expires.
+//! A temp token (5 minutes) names its `jti`. One counter hangs off it,
+//! `tt:{jti}`, and says two things: its low part counts attempts (each
+//! verification reserves one before checking; the token is dead once more
+//! than 5 have been made, so 5 wrong codes kill it), and [`EXCHANGED`] is
+//! added once when the token is exchanged for a session (and taken off again
+//! when the exchange loses a race for its code). A counter at or above
+//! `TEMP_ATTEMPTS` is therefore a dead token, whichever the reason, and one
+//! `increment` both reserves an attempt and checks that the token is still
+//! unused. The counter is scheduled for removal when the token expires.
 //!
 //! Independently of IP rate limits, an account gets at most 20 consecutive
 //! failed second-factor attempts (`mfafail:{uid}`); the 20th locks second-factor
@@ -32,6 +36,11 @@ use crate::plumbing::web;
 
 /// Attempts a temp token allows.
 pub const TEMP_ATTEMPTS: i64 = 5;
+/// What an exchange adds to a temp token's counter `tt:{jti}`. Attempts
+/// are counted in the low part: even refused ones keep adding 1, but 2^40
+/// of them (a trillion requests within the token's 5 minutes) cannot be
+/// made, so the low part never reaches it.
+pub const EXCHANGED: i64 = 1 << 40;
 /// Consecutive failures that lock an account's second factor.
 pub const LOCK_AFTER: i64 = 20;
 /// How long the lock lasts.
@@ -43,7 +52,7 @@ struct Lock {
     exp_ms: u64,
 }
 
-/// Issues a temp token for `user_id` and schedules its counters' removal.
+/// Issues a temp token for `user_id` and schedules its counter's removal.
 pub fn issue_temp(ctx: &mut Ctx, user_id: &str) -> Result<String, ApiError> {
     let keys = ctx.keys()?;
     let jti = util::random_hex(ctx.env, 16);
@@ -51,8 +60,7 @@ pub fn issue_temp(ctx: &mut Ctx, user_id: &str) -> Result<String, ApiError> {
     let exp_ms = now
         .saturating_add(TokenKind::Temp.lifetime_secs())
         .saturating_mul(1000);
-    ctx.expire(Expiry::counter(&format!("tt:{jti}"), exp_ms));
-    ctx.expire(Expiry::counter(&format!("ttu:{jti}"), exp_ms));
+    ctx.expire(Expiry::counter(&attempts_key(&jti), exp_ms));
     ctx.user_id = Some(user_id.to_string());
     Ok(keys.tokens.issue(
         TokenKind::Temp,
@@ -65,36 +73,46 @@ pub fn issue_temp(ctx: &mut Ctx, user_id: &str) -> Result<String, ApiError> {
     ))
 }
 
+/// The counter of the temp token `jti`: attempts, plus [`EXCHANGED`] once
+/// it is exchanged.
+fn attempts_key(jti: &str) -> String {
+    format!("tt:{jti}")
+}
+
 /// A temp token that verifies, has attempts left and has not been
 /// exchanged; else `InvalidTempToken`.
 pub fn temp_claims(ctx: &mut Ctx, token: &str) -> Result<Claims, ApiError> {
-    let (claims, jti) = unexchanged(ctx, token)?;
-    if ctx.env.store.increment(&format!("tt:{jti}"), 0)? >= TEMP_ATTEMPTS {
+    let (claims, jti) = verified_temp(ctx, token)?;
+    if ctx.env.store.increment(&attempts_key(&jti), 0)? >= TEMP_ATTEMPTS {
         return Err(ApiError::InvalidTempToken);
     }
     ctx.user_id = Some(claims.sub.clone());
     Ok(claims)
 }
 
-/// The claims and `jti` of a temp token that verifies and has not been
-/// exchanged; else `InvalidTempToken`. Says nothing about attempts left.
-fn unexchanged(ctx: &mut Ctx, token: &str) -> Result<(Claims, String), ApiError> {
+/// The claims and `jti` of a temp token whose signature, kind and time
+/// verify; else `InvalidTempToken`. Says nothing about its counter.
+fn verified_temp(ctx: &mut Ctx, token: &str) -> Result<(Claims, String), ApiError> {
     let keys = ctx.keys()?;
     let claims = keys
         .tokens
         .verify(TokenKind::Temp, token, ctx.now_secs())
         .map_err(|_| ApiError::InvalidTempToken)?;
     let jti = claims.jti.clone().ok_or(ApiError::InvalidTempToken)?;
-    if ctx.env.store.increment(&format!("ttu:{jti}"), 0)? > 0 {
-        return Err(ApiError::InvalidTempToken);
-    }
     Ok((claims, jti))
 }
 
-fn check_lock(ctx: &mut Ctx, user_id: &str) -> Result<(), ApiError> {
+/// Refuses a locked account's second factor with the lock's 429, unless
+/// the temp token `jti` was exchanged already: a used token is refused as
+/// that, whatever the account's state.
+fn check_lock(ctx: &mut Ctx, user_id: &str, jti: &str) -> Result<(), ApiError> {
     let lock: Option<Lock> = records::load(ctx.env.store, &format!("mfalock:{user_id}"))?;
     match lock {
         Some(l) if l.exp_ms > ctx.env.now_ms => {
+            // Only a locked account pays for this read.
+            if ctx.env.store.increment(&attempts_key(jti), 0)? >= EXCHANGED {
+                return Err(ApiError::InvalidTempToken);
+            }
             let reset = l.exp_ms.div_ceil(1000);
             Err(ApiError::RateLimited(RateInfo {
                 limit: LOCK_AFTER as u32,
@@ -130,15 +148,16 @@ pub(crate) fn record_failure(ctx: &mut Ctx, user_id: &str, method: &str) -> Resu
 
 /// Everything the verification endpoints do before checking a code:
 /// token, lock, one reserved attempt, the user. A token whose attempts are
-/// used up is refused by the reservation itself; when the account is locked
-/// too, the lock is what the client is told.
+/// used up, or that was exchanged, is refused by the reservation itself;
+/// when the account is locked too, the lock is what the client is told for
+/// a used-up token, and `InvalidTempToken` for an exchanged one.
 pub(crate) fn begin(ctx: &mut Ctx, token: &str) -> Result<(Claims, UserRecord), ApiError> {
-    let (claims, jti) = unexchanged(ctx, token)?;
+    let (claims, jti) = verified_temp(ctx, token)?;
     ctx.user_id = Some(claims.sub.clone());
-    check_lock(ctx, &claims.sub)?;
-    // Reserving the attempt is also the check that one was left: no
-    // separate read of the counter first.
-    if ctx.env.store.increment(&format!("tt:{jti}"), 1)? > TEMP_ATTEMPTS {
+    check_lock(ctx, &claims.sub, &jti)?;
+    // Reserving the attempt is also the check that one was left and that
+    // the token is unused: no separate read of the counter first.
+    if ctx.env.store.increment(&attempts_key(&jti), 1)? > TEMP_ATTEMPTS {
         return Err(ApiError::InvalidTempToken);
     }
     let user: UserRecord = records::load(ctx.env.store, &format!("user:{}", claims.sub))?
@@ -173,8 +192,9 @@ pub(crate) enum Spend {
 /// without a session.
 /// Returns the tokens and the number of backup codes left.
 ///
-/// Order: claim the temp token (`ttu:{jti}`), store the new session record
-/// (unreachable until linked: no token names it), then the locked update.
+/// Order: claim the temp token (add [`EXCHANGED`] to `tt:{jti}`), store the
+/// new session record (unreachable until linked: no token names it), then
+/// the locked update.
 /// When the store fails before the locked update, the code is unspent and
 /// the temp token is used up (the user logs in again). When another request
 /// spent the code first, the temp token is given back and the attempt counts
@@ -186,8 +206,9 @@ pub(crate) fn exchange(
 ) -> Result<(sessions::Tokens, usize), ApiError> {
     let keys = ctx.keys()?;
     let jti = claims.jti.clone().unwrap_or_default();
-    let used_key = format!("ttu:{jti}");
-    if ctx.env.store.increment(&used_key, 1)? != 1 {
+    let counter = attempts_key(&jti);
+    // Unused before this addition: the attempts alone, below EXCHANGED.
+    if ctx.env.store.increment(&counter, EXCHANGED)? >= EXCHANGED.saturating_mul(2) {
         return Err(ApiError::InvalidTempToken);
     }
     let second = match &spend {
@@ -250,7 +271,7 @@ pub(crate) fn exchange(
             sessions::discard(ctx, &session);
             if matches!(e, ApiError::InvalidCode | ApiError::BackupCodeUsed) {
                 // Lost a race for the code: this token may try again.
-                ctx.env.store.increment(&used_key, -1)?;
+                ctx.env.store.increment(&counter, -EXCHANGED)?;
                 let method = match &spend {
                     Spend::Backup(_) => "backup",
                     Spend::TotpStep(_) => "totp",

@@ -13,7 +13,7 @@
 //! | `dev:{did}` | [`crate::api::devices::DeviceRecord`] |
 //! | `apikey:{id}`, `apikeyp:{prefix}` | [`crate::api::apikeys::ApiKeyRecord`], prefix → id |
 //! | `rl:{rule}:{subject}:{window}` | rate-limit counters |
-//! | `tt:{jti}`, `ttu:{jti}` | temp-token attempt and use counters |
+//! | `tt:{jti}` | temp-token counter: attempts, plus `mfa::EXCHANGED` once exchanged |
 //! | `wach:{challenge}`, `wachu:{challenge}` | a WebAuthn challenge and its single-use counter (see [`crate::api::webauthn`]) |
 //! | `wacid:{credentialId}` | counter claiming a passkey's credential ID for one user |
 //! | `mfafail:{uid}` / `mfalock:{uid}` | failed second-factor counter / lock record |

@@ -167,16 +167,14 @@ pub fn temp_token<S: Store>(h: &mut Harness<S>, user: &User, ip: &str) -> String
 
 /// Key prefixes that any request, even a refused one, may legitimately
 /// write: audit records, rate-limit counters, the housekeeping index,
-/// temp-token attempt and use counters (read by increment, which creates
-/// them), second-factor failure counters and lock,
-/// generated development secrets, the webhook queue and delivery log.
+/// temp-token counters (read by increment, which creates them),
+/// second-factor failure counters and lock, generated development secrets, the webhook queue and delivery log.
 pub const BOOKKEEPING: &[&str] = &[
     "audit:",
     "auditn:",
     "rl:",
     "hk:",
     "tt:",
-    "ttu:",
     "mfafail:",
     "mfalock:",
     "sys:secret:",
