@@ -290,8 +290,10 @@ fn expiries_are_filed_after_the_response_except_claims() {
     );
 }
 
-/// An exhausted temp token is refused without a read of its attempt
-/// counter; when the account is locked as well, the lock is what is said.
+/// An exhausted temp token is refused by the increment that would reserve
+/// its next attempt, with no read of its counter first; when the account is
+/// locked as well, the lock is what is said (and the counter is read once,
+/// to tell an exchanged token, which is refused as that, from this one).
 #[test]
 fn an_exhausted_temp_token_on_a_locked_account_reports_the_lock() {
     use tfa_core::testing::{test_config, MemoryStore};
