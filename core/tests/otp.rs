@@ -215,7 +215,7 @@ fn a_code_allows_five_wrong_tries() {
     ));
     assert_eq!(resp.status, 200);
     let code = h.last_code().unwrap();
-    let wrong = if code == "000000" { "111111" } else { "000000" };
+    let wrong = wrong_code(&code);
     for _ in 0..5 {
         let resp = h.call(bearer(
             post("/2fa/sms/verify-setup", json!({ "code": wrong })),

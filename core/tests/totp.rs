@@ -65,11 +65,7 @@ fn verify_setup_state_table() {
     let secret = d["secret"].as_str().unwrap().to_string();
     // pending → wrong code: 400, still pending
     let now = now_secs(&h);
-    let wrong = if totp_code(&secret, now) == "000000" {
-        "111111"
-    } else {
-        "000000"
-    };
+    let wrong = wrong_code(&totp_code(&secret, now));
     let resp = h.call(bearer(
         post("/2fa/totp/verify-setup", json!({ "code": wrong })),
         &u.access,
@@ -300,7 +296,7 @@ fn temp_token_dies_after_five_wrong_codes() {
     let (secret, _) = enable_totp(&mut h, &u);
     let temp = temp_token(&mut h, &u, "192.0.2.1");
     let good = totp_code(&secret, now_secs(&h));
-    let bad = if good == "000000" { "111111" } else { "000000" };
+    let bad = wrong_code(&good);
     for _ in 0..5 {
         let resp = h.call(post(
             "/2fa/verify",

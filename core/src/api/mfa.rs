@@ -60,7 +60,7 @@ pub fn issue_temp(ctx: &mut Ctx, user_id: &str) -> Result<String, ApiError> {
     let exp_ms = now
         .saturating_add(TokenKind::Temp.lifetime_secs())
         .saturating_mul(1000);
-    ctx.expire(Expiry::counter(&attempts_key(&jti), exp_ms));
+    ctx.expire(Expiry::counter(&counter_key(&jti), exp_ms));
     ctx.user_id = Some(user_id.to_string());
     Ok(keys.tokens.issue(
         TokenKind::Temp,
@@ -75,7 +75,7 @@ pub fn issue_temp(ctx: &mut Ctx, user_id: &str) -> Result<String, ApiError> {
 
 /// The counter of the temp token `jti`: attempts, plus [`EXCHANGED`] once
 /// it is exchanged.
-fn attempts_key(jti: &str) -> String {
+fn counter_key(jti: &str) -> String {
     format!("tt:{jti}")
 }
 
@@ -83,7 +83,7 @@ fn attempts_key(jti: &str) -> String {
 /// exchanged; else `InvalidTempToken`.
 pub fn temp_claims(ctx: &mut Ctx, token: &str) -> Result<Claims, ApiError> {
     let (claims, jti) = verified_temp(ctx, token)?;
-    if ctx.env.store.increment(&attempts_key(&jti), 0)? >= TEMP_ATTEMPTS {
+    if ctx.env.store.increment(&counter_key(&jti), 0)? >= TEMP_ATTEMPTS {
         return Err(ApiError::InvalidTempToken);
     }
     ctx.user_id = Some(claims.sub.clone());
@@ -110,7 +110,7 @@ fn check_lock(ctx: &mut Ctx, user_id: &str, jti: &str) -> Result<(), ApiError> {
     match lock {
         Some(l) if l.exp_ms > ctx.env.now_ms => {
             // Only a locked account pays for this read.
-            if ctx.env.store.increment(&attempts_key(jti), 0)? >= EXCHANGED {
+            if ctx.env.store.increment(&counter_key(jti), 0)? >= EXCHANGED {
                 return Err(ApiError::InvalidTempToken);
             }
             let reset = l.exp_ms.div_ceil(1000);
@@ -157,7 +157,7 @@ pub(crate) fn begin(ctx: &mut Ctx, token: &str) -> Result<(Claims, UserRecord), 
     check_lock(ctx, &claims.sub, &jti)?;
     // Reserving the attempt is also the check that one was left and that
     // the token is unused: no separate read of the counter first.
-    if ctx.env.store.increment(&attempts_key(&jti), 1)? > TEMP_ATTEMPTS {
+    if ctx.env.store.increment(&counter_key(&jti), 1)? > TEMP_ATTEMPTS {
         return Err(ApiError::InvalidTempToken);
     }
     let user: UserRecord = records::load(ctx.env.store, &format!("user:{}", claims.sub))?
@@ -206,7 +206,7 @@ pub(crate) fn exchange(
 ) -> Result<(sessions::Tokens, usize), ApiError> {
     let keys = ctx.keys()?;
     let jti = claims.jti.clone().unwrap_or_default();
-    let counter = attempts_key(&jti);
+    let counter = counter_key(&jti);
     // Unused before this addition: the attempts alone, below EXCHANGED.
     if ctx.env.store.increment(&counter, EXCHANGED)? >= EXCHANGED.saturating_mul(2) {
         return Err(ApiError::InvalidTempToken);

@@ -168,7 +168,8 @@ pub fn temp_token<S: Store>(h: &mut Harness<S>, user: &User, ip: &str) -> String
 /// Key prefixes that any request, even a refused one, may legitimately
 /// write: audit records, rate-limit counters, the housekeeping index,
 /// temp-token counters (read by increment, which creates them),
-/// second-factor failure counters and lock, generated development secrets, the webhook queue and delivery log.
+/// second-factor failure counters and lock, generated development secrets,
+/// the webhook queue and delivery log.
 pub const BOOKKEEPING: &[&str] = &[
     "audit:",
     "auditn:",
@@ -207,6 +208,25 @@ pub fn changed_keys(
         .collect()
 }
 
+/// A six-digit code that is not `right` (a TOTP or SMS / e-mail code).
+pub fn wrong_code(right: &str) -> &'static str {
+    if right == "000000" {
+        "111111"
+    } else {
+        "000000"
+    }
+}
+
+/// One request through `service` in `env`, and the work after its
+/// response; the response. A request that asks for a delivery first panics.
+pub fn respond(service: &Service, env: &mut Env, req: &Request) -> Response {
+    let Step::Respond(reply) = service.handle(env, req) else {
+        panic!("no delivery expected")
+    };
+    service.complete(env, reply.effects);
+    reply.response
+}
+
 /// Runs `reqs` at once, one thread each, all against `store`.
 pub fn concurrently(
     service: &Arc<Service>,
@@ -239,11 +259,7 @@ pub fn concurrently_at(
                     now_ms,
                 };
                 barrier.wait();
-                let Step::Respond(reply) = service.handle(&mut env, &req) else {
-                    panic!("no delivery expected")
-                };
-                service.complete(&mut env, reply.effects);
-                reply.response
+                respond(&service, &mut env, &req)
             })
         })
         .collect();
