@@ -47,7 +47,7 @@ CATEGORIES = [
     ("tokio", "tokio: scheduler, timers, I/O driver"),
     ("host", "tfa-host's own code (store, access log, glue)"),
     ("sqlite", "SQLite's own code"),
-    ("libc_mem", "libc `malloc`/`free` and memory copies"),
+    ("libc_mem", "the allocators (mimalloc for the host, glibc's `malloc` for SQLite) and memory copies"),
     ("user_other", "other user-space code (Rust std, serde, hashing)"),
     ("kernel_send", "kernel: sending (TCP over loopback, waking the client)"),
     ("kernel_recv", "kernel: receiving and accepting"),
@@ -61,7 +61,7 @@ CATEGORIES = [
 ]
 
 MEM = re.compile(
-    r"^(malloc|free|cfree|calloc|realloc|_int_\w+|malloc_consolidate|unlink_chunk\S*|"
+    r"^(malloc|free|cfree|calloc|realloc|_int_\w+|malloc_consolidate|unlink_chunk\S*|_?mi_\w+|"
     r"__mem\w+|mem(cpy|move|set|cmp)\w*|__rustc::__r\w+_(alloc|dealloc|realloc)\w*|tcache\w*)"
 )
 

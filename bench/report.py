@@ -867,8 +867,8 @@ def main():
                 f"one above splits finer): {us(per())} of host CPU per {what}: "
                 f"the component's wasm {us(per('wasm'))}, wasmtime {us(per('wasmtime'))}, SQLite's code and "
                 f"the store's file I/O {us(per('sqlite', 'kernel_store', 'kernel_sync'))}, waits, wake-ups and "
-                f"context switches {us(per('kernel_wait'))}, page faults {us(per('kernel_fault'))}, libc's "
-                f"allocator and copies {us(per('libc_mem'))}, the rest of the kernel "
+                f"context switches {us(per('kernel_wait'))}, page faults {us(per('kernel_fault'))}, the "
+                f"allocators and copies {us(per('libc_mem'))}, the rest of the kernel "
                 f"{us(per(*[k for k in KERNEL if k not in ('kernel_store', 'kernel_sync', 'kernel_wait', 'kernel_fault')]))}.")
 
     def log_store_note():
@@ -896,7 +896,7 @@ def main():
                      + (f", {per() / profile_us(fp_):.1f}× a floor request's {us(profile_us(fp_))}"
                         if fp_ else "")
                      + f": the component's wasm {us(per('wasm'))}, wasmtime {us(per('wasmtime'))}, "
-                     f"libc's allocator and copies {us(per('libc_mem'))}, the rest "
+                     f"the allocators and copies {us(per('libc_mem'))}, the rest "
                      f"{us(per() - per('wasm', 'wasmtime', 'libc_mem'))}. The store is no longer "
                      "where the time goes: what stands between it and 40 % is the component's own "
                      "work and the 17 host calls of a verification in a fresh instance (the "
@@ -911,7 +911,7 @@ def main():
         profile_note = (
             f"This run's profile of the floor under load (section 2, *Where the host's CPU goes*): "
             f"{us(per())} of host CPU per request, of which wasmtime's own code "
-            f"{us(per('wasmtime'))}, the floor's compiled wasm {us(per('wasm'))}, libc's allocator "
+            f"{us(per('wasmtime'))}, the floor's compiled wasm {us(per('wasm'))}, the allocators "
             f"and copies {us(per('libc_mem'))}, HTTP and tokio {us(per('http', 'tokio'))}, the "
             f"host's own code {us(per('host'))}, and the kernel {us(per(*KERNEL))} "
             f"(sending the response and waking wrk {us(per('kernel_send'))}, context switches "
