@@ -60,6 +60,20 @@ fn files(dir: &Path) -> Vec<String> {
     names
 }
 
+/// The store in `dir` (Spin 4.0.2's semantics), compacting once its log is
+/// `compact_at` bytes long (and twice the last snapshot).
+fn compacting_at(dir: &Path, compact_at: u64) -> LogKv {
+    LogKv::open_with(
+        dir,
+        KvEmulation::Spin402,
+        Options {
+            compact_at,
+            ..Options::default()
+        },
+    )
+    .unwrap()
+}
+
 /// Every operation, edge cases included, on both stores: the same answers
 /// (values, `false`s and errors alike).
 #[test]
@@ -246,15 +260,7 @@ fn a_torn_tail_is_truncated() {
 fn damage_before_the_end_is_refused() {
     let dir = TempDir::new("damage");
     {
-        let kv = LogKv::open_with(
-            &dir.0,
-            KvEmulation::Spin402,
-            Options {
-                compact_at: 1,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let kv = compacting_at(&dir.0, 1);
         kv.set("a", &[7; 100]).unwrap();
         wait(kv.durable()); // compacts: kv-1.snap and an empty kv-1.log
         kv.set("b", b"2").unwrap();
@@ -351,27 +357,15 @@ fn compaction_loses_nothing() {
 #[test]
 fn a_crash_during_compaction_loses_nothing() {
     let dir = TempDir::new("compact-crash");
-    let never = Options {
-        compact_at: u64::MAX,
-        ..Options::default()
-    };
     {
-        let kv = LogKv::open_with(
-            &dir.0,
-            KvEmulation::Spin402,
-            Options {
-                compact_at: 1,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let kv = compacting_at(&dir.0, 1);
         kv.set("a", b"1").unwrap();
         kv.set("b", b"1").unwrap();
         wait(kv.durable()); // compacts: kv-1.snap holds a and b
     }
     assert_eq!(files(&dir.0), ["kv-1.log", "kv-1.snap", "kv.lock"]);
     {
-        let kv = LogKv::open_with(&dir.0, KvEmulation::Spin402, never).unwrap();
+        let kv = compacting_at(&dir.0, u64::MAX);
         kv.set("b", b"2").unwrap();
         kv.set("c", b"2").unwrap();
         wait(kv.durable());
@@ -380,13 +374,13 @@ fn a_crash_during_compaction_loses_nothing() {
     // generation 2's log receives the writes, its snapshot is half written.
     std::fs::write(dir.0.join(LOG_DIR).join("kv-2.log"), b"").unwrap();
     {
-        let kv = LogKv::open_with(&dir.0, KvEmulation::Spin402, never).unwrap();
+        let kv = compacting_at(&dir.0, u64::MAX);
         kv.delete("a").unwrap();
         kv.set("c", b"3").unwrap();
         wait(kv.durable());
     }
     std::fs::write(dir.0.join(LOG_DIR).join("kv-2.snap.tmp"), b"half").unwrap();
-    let kv = LogKv::open_with(&dir.0, KvEmulation::Spin402, never).unwrap();
+    let kv = compacting_at(&dir.0, u64::MAX);
     assert_eq!(kv.keys().unwrap(), ["b", "c"]);
     assert_eq!(kv.get("b").unwrap().as_deref(), Some(&b"2"[..]));
     assert_eq!(kv.get("c").unwrap().as_deref(), Some(&b"3"[..]));
