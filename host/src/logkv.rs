@@ -550,9 +550,7 @@ impl Syncer {
             std::mem::swap(&mut s.pending, &mut frames);
             s.appended
         };
-        let written = self.write_synced(&frames, upto);
-        self.keep_spare(frames);
-        if let Err(e) = written {
+        if let Err(e) = self.write_synced(frames, upto) {
             self.stop(&e);
             return Err(e);
         }
@@ -572,8 +570,16 @@ impl Syncer {
     }
 
     /// Writes and syncs `frames`, the frames up to number `upto`, and marks
-    /// those synced.
-    fn write_synced(&mut self, frames: &[u8], upto: u64) -> KvResult<()> {
+    /// those synced; keeps the buffer for the next flush either way.
+    fn write_synced(&mut self, frames: Vec<u8>, upto: u64) -> KvResult<()> {
+        let written = self.write_and_sync(&frames);
+        self.keep_spare(frames);
+        written?;
+        self.synced.store(upto, Ordering::Release);
+        Ok(())
+    }
+
+    fn write_and_sync(&mut self, frames: &[u8]) -> KvResult<()> {
         if !frames.is_empty() {
             let path = log_file(&self.dir, self.generation);
             self.log
@@ -582,7 +588,6 @@ impl Syncer {
             self.log.sync_data().map_err(io("cannot sync", &path))?;
             self.log_bytes += frames.len() as u64;
         }
-        self.synced.store(upto, Ordering::Release);
         Ok(())
     }
 
@@ -605,9 +610,7 @@ impl Syncer {
             (s.map.clone(), s.appended)
         };
         let copied = copying.elapsed();
-        let written = self.write_synced(&frames, upto);
-        self.keep_spare(frames);
-        written?;
+        self.write_synced(frames, upto)?;
         let next = self.generation + 1;
         let log_path = log_file(&self.dir, next);
         let log = OpenOptions::new()
@@ -661,13 +664,9 @@ fn write_snapshot(dir: &Path, generation: u64, map: &Map) -> KvResult<u64> {
     let path = snap_file(dir, generation);
     let f = File::create(&tmp).map_err(io("cannot create", &tmp))?;
     let mut out = std::io::BufWriter::with_capacity(SNAP_BUFFER, f);
-    let mut written = 0u64;
     let mut frame = Vec::new();
-    let mut put = |out: &mut std::io::BufWriter<File>, frame: &[u8]| {
-        written += frame.len() as u64;
-        out.write_all(frame).map_err(io("cannot write", &tmp))
-    };
-    put(&mut out, SNAP_MAGIC)?;
+    out.write_all(SNAP_MAGIC)
+        .map_err(io("cannot write", &tmp))?;
     let mut payload = Vec::new();
     for (k, v) in map {
         payload.clear();
@@ -676,18 +675,22 @@ fn write_snapshot(dir: &Path, generation: u64, map: &Map) -> KvResult<u64> {
         put_bytes(&mut payload, v);
         frame.clear();
         put_frame(&mut frame, &payload);
-        put(&mut out, &frame)?;
+        out.write_all(&frame).map_err(io("cannot write", &tmp))?;
     }
     payload.clear();
     payload.push(b'e');
     payload.extend_from_slice(&(map.len() as u64).to_le_bytes());
     frame.clear();
     put_frame(&mut frame, &payload);
-    put(&mut out, &frame)?;
+    out.write_all(&frame).map_err(io("cannot write", &tmp))?;
     let f = out
         .into_inner()
         .map_err(|e| io("cannot write", &tmp)(e.into_error()))?;
     f.sync_all().map_err(io("cannot sync", &tmp))?;
+    let written = f
+        .metadata()
+        .map_err(io("cannot read the length of", &tmp))?
+        .len();
     std::fs::rename(&tmp, &path).map_err(io("cannot rename", &tmp))?;
     sync_dir(dir)?;
     Ok(written)

@@ -297,13 +297,9 @@ fn damage_before_the_end_is_refused() {
 #[test]
 fn compaction_loses_nothing() {
     let dir = TempDir::new("compact");
-    let opts = Options {
-        compact_at: 4096,
-        ..Options::default()
-    };
     let mut expected = std::collections::BTreeMap::new();
     {
-        let kv = LogKv::open_with(&dir.0, KvEmulation::Spin402, opts).unwrap();
+        let kv = compacting_at(&dir.0, 4096);
         for round in 0..40u32 {
             for i in 0..20u32 {
                 let key = format!("k{i}");
@@ -339,7 +335,7 @@ fn compaction_loses_nothing() {
         b"half",
     )
     .unwrap();
-    let kv = LogKv::open_with(&dir.0, KvEmulation::Spin402, opts).unwrap();
+    let kv = compacting_at(&dir.0, 4096);
     let keys = kv.keys().unwrap();
     let got: std::collections::BTreeMap<String, Vec<u8>> = keys
         .iter()
