@@ -121,7 +121,7 @@ mod tests {
     fn finds_and_marks_the_engines_pool() {
         let before = anonymous_mappings();
         assert!(!before.is_empty(), "/proc/self/maps is readable on Linux");
-        let engine = crate::runtime::engine().unwrap();
+        let engine = crate::runtime::engine(false).unwrap();
         let after = anonymous_mappings();
         let pool = pool_range(&before, &after).expect("the memory pool's reservation");
         assert!(pool.end - pool.start >= 64 << 30, "{pool:x?}");

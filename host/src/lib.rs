@@ -139,6 +139,9 @@ pub struct HostSettings {
     pub clock_offset_ms: u64,
     /// Diagnostic (`KV_COUNT=true`): log each request's key-value operations.
     pub kv_count: bool,
+    /// Diagnostic (`WASM_PERF_MAP=true`): wasmtime writes `/tmp/perf-PID.map`,
+    /// which names the compiled wasm functions in `perf` profiles.
+    pub perf_map: bool,
     /// Limits of the server (deadline, connections).
     pub limits: server::Limits,
     /// Which of the host's lines are written (`LOG_LEVEL`).
@@ -176,6 +179,13 @@ impl HostSettings {
                         .with_context(|| format!("{n} must be a whole number"))
                 })
                 .transpose()
+        };
+        let flag = |n: &str| -> anyhow::Result<bool> {
+            match get(n).as_deref() {
+                None | Some("false") => Ok(false),
+                Some("true") => Ok(true),
+                Some(other) => anyhow::bail!("{n} must be true or false, not {other:?}"),
+            }
         };
         let data_dir = PathBuf::from(get("DATA_DIR").unwrap_or_else(|| "./.data".into()));
         let component_path = PathBuf::from(
@@ -264,11 +274,8 @@ impl HostSettings {
             fail_store_after: num("TFA_FAIL_STORE_AFTER")?,
             fail_store_count: num("TFA_FAIL_STORE_COUNT")?,
             clock_offset_ms: num("TFA_CLOCK_OFFSET_MS")?.unwrap_or(0),
-            kv_count: match get("KV_COUNT").as_deref() {
-                None | Some("false") => false,
-                Some("true") => true,
-                Some(other) => anyhow::bail!("KV_COUNT must be true or false, not {other:?}"),
-            },
+            kv_count: flag("KV_COUNT")?,
+            perf_map: flag("WASM_PERF_MAP")?,
         })
     }
 }
@@ -499,7 +506,7 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
     // Component.
     // Argon2's memory in 2 MiB pages (host/src/hugepages.rs).
     let before = hugepages::anonymous_mappings();
-    let engine = runtime::engine()?;
+    let engine = runtime::engine(settings.perf_map)?;
     match hugepages::advise(&before) {
         Ok(bytes) => log::info(&format!(
             "linear memories: transparent huge pages advised ({} GiB reserved)",

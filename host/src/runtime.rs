@@ -955,9 +955,14 @@ const TABLE_KEEP_RESIDENT: usize = 64 << 10;
 pub const SERVER_POOL_SLOTS: u32 = MAX_INSTANCES + MAILER_INSTANCES;
 
 /// A wasmtime engine with the pooling allocator: [`engine_config`] with
-/// [`SERVER_POOL_SLOTS`].
-pub fn engine() -> anyhow::Result<Engine> {
-    Engine::new(&engine_config(SERVER_POOL_SLOTS))
+/// [`SERVER_POOL_SLOTS`]; with `perf_map`, wasmtime writes
+/// `/tmp/perf-PID.map` (the compiled wasm functions' names for `perf`).
+pub fn engine(perf_map: bool) -> anyhow::Result<Engine> {
+    let mut config = engine_config(SERVER_POOL_SLOTS);
+    if perf_map {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
+    Engine::new(&config)
         .map_err(anyhow::Error::from)
         .context("cannot create the wasmtime engine")
 }

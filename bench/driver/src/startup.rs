@@ -46,7 +46,7 @@ pub fn shared(
 pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     let wasm =
         std::fs::read(o.component).with_context(|| format!("read {}", o.component.display()))?;
-    let engine = runtime::engine()?;
+    let engine = runtime::engine(false)?;
     let mut compile_ms = Vec::new();
     let mut component = None;
     for _ in 0..o.compile_runs.max(1) {
