@@ -30,7 +30,7 @@ use crate::crypto::tokens::{Claims, Extra, TokenKind};
 use crate::plumbing::context::{Ctx, Outcome};
 use crate::plumbing::housekeeping::Expiry;
 use crate::plumbing::ratelimit;
-use crate::plumbing::records::{self, UserRecord};
+use crate::plumbing::records::{self, Kept, UserRecord};
 use crate::plumbing::util;
 use crate::plumbing::web;
 
@@ -151,7 +151,7 @@ pub(crate) fn record_failure(ctx: &mut Ctx, user_id: &str, method: &str) -> Resu
 /// used up, or that was exchanged, is refused by the reservation itself;
 /// when the account is locked too, the lock is what the client is told for
 /// a used-up token, and `InvalidTempToken` for an exchanged one.
-pub(crate) fn begin(ctx: &mut Ctx, token: &str) -> Result<(Claims, UserRecord), ApiError> {
+pub(crate) fn begin(ctx: &mut Ctx, token: &str) -> Result<(Claims, Kept<UserRecord>), ApiError> {
     let (claims, jti) = verified_temp(ctx, token)?;
     ctx.user_id = Some(claims.sub.clone());
     check_lock(ctx, &claims.sub, &jti)?;
@@ -160,7 +160,7 @@ pub(crate) fn begin(ctx: &mut Ctx, token: &str) -> Result<(Claims, UserRecord), 
     if ctx.env.store.increment(&counter_key(&jti), 1)? > TEMP_ATTEMPTS {
         return Err(ApiError::InvalidTempToken);
     }
-    let user: UserRecord = records::load(ctx.env.store, &format!("user:{}", claims.sub))?
+    let user = records::load_kept(ctx.env.store, &format!("user:{}", claims.sub))?
         .ok_or(ApiError::InvalidTempToken)?;
     Ok((claims, user))
 }
@@ -194,7 +194,8 @@ pub(crate) enum Spend {
 ///
 /// Order: claim the temp token (add [`EXCHANGED`] to `tt:{jti}`), store the
 /// new session record (unreachable until linked: no token names it), then
-/// the locked update.
+/// the locked update, which starts from `user` (the record [`begin`] read)
+/// when the record is unchanged since.
 /// When the store fails before the locked update, the code is unspent and
 /// the temp token is used up (the user logs in again). When another request
 /// spent the code first, the temp token is given back and the attempt counts
@@ -202,6 +203,7 @@ pub(crate) enum Spend {
 pub(crate) fn exchange(
     ctx: &mut Ctx,
     claims: &Claims,
+    user: &Kept<UserRecord>,
     spend: Spend,
 ) -> Result<(sessions::Tokens, usize), ApiError> {
     let keys = ctx.keys()?;
@@ -219,9 +221,10 @@ pub(crate) fn exchange(
     };
     let session = sessions::prepare_amr(ctx, &claims.sub, true, &["pwd", second, "mfa"])?;
     let now = ctx.now_ms();
-    let linked = records::update(
+    let linked = records::update_kept(
         ctx.env,
         &format!("user:{}", claims.sub),
+        user,
         |u: &mut UserRecord| {
             let left = match &spend {
                 Spend::Backup(hash) => backup::mark_used(u, hash)?,
@@ -326,7 +329,7 @@ pub fn verify(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         record_failure(ctx, &user.id, only.unwrap_or("any"))?;
         return Err(ApiError::InvalidCode);
     };
-    let (tokens, _) = exchange(ctx, &claims, spend)?;
+    let (tokens, _) = exchange(ctx, &claims, &user, spend)?;
     Ok(verified(
         ctx,
         &user,
@@ -387,7 +390,7 @@ pub fn verify_backup(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         }
         Err(e) => return Err(e),
     };
-    let (tokens, remaining) = exchange(ctx, &claims, Spend::Backup(hash))?;
+    let (tokens, remaining) = exchange(ctx, &claims, &user, Spend::Backup(hash))?;
     ctx.audit_of(
         &user,
         "backup_code_used",

@@ -572,6 +572,7 @@ pub fn verify_login(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let (tokens, _) = mfa::exchange(
         ctx,
         &claims,
+        &user,
         mfa::Spend::Passkey {
             key: if assertion_be(&user, &id) {
                 "swk"
