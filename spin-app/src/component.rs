@@ -76,7 +76,7 @@ async fn handle(req: IncomingRequest, out: ResponseOutparam) {
 
     // 4–5. Handle, performing deliveries until there is a reply.
     let store = SpinStore::default();
-    let mut rng = WasiRng;
+    let mut rng = WasiRng::default();
     let mut reply = {
         let mut env = Env {
             store: &store,
@@ -348,19 +348,39 @@ async fn send_http(call: HttpCall) -> Result<(), DeliveryError> {
 // --------------------------------------------------------------------- ports
 
 /// Random bytes from `wasi:random`.
-struct WasiRng;
+/// Random bytes from `wasi:random`, fetched [`RANDOM_BATCH`] at a time: a
+/// request draws several small values (ids, token ids, salts), and each host
+/// call costs far more than the bytes it returns. Bytes handed out are
+/// zeroed in the batch; the batch lives as long as the request's instance.
+#[derive(Default)]
+struct WasiRng {
+    batch: Vec<u8>,
+    used: usize,
+}
+
+/// Bytes per `get-random-bytes` call.
+const RANDOM_BATCH: u64 = 256;
 
 impl Rng for WasiRng {
     fn fill(&mut self, dest: &mut [u8]) {
-        let bytes = wasi::random::random::get_random_bytes(dest.len() as u64);
-        // The host returns exactly the length asked; copy defensively.
-        let n = bytes.len().min(dest.len());
-        dest[..n].copy_from_slice(&bytes[..n]);
-        if n < dest.len() {
-            for chunk in dest[n..].chunks_mut(8) {
-                let v = wasi::random::random::get_random_u64().to_le_bytes();
-                chunk.copy_from_slice(&v[..chunk.len()]);
+        let mut at = 0;
+        while at < dest.len() {
+            if self.used >= self.batch.len() {
+                self.batch = wasi::random::random::get_random_bytes(RANDOM_BATCH);
+                self.used = 0;
+                if self.batch.is_empty() {
+                    // A host that returns nothing: one u64 at a time.
+                    self.batch = wasi::random::random::get_random_u64()
+                        .to_le_bytes()
+                        .to_vec();
+                }
             }
+            let n = (dest.len() - at).min(self.batch.len() - self.used);
+            let from = &mut self.batch[self.used..self.used + n];
+            dest[at..at + n].copy_from_slice(from);
+            from.fill(0);
+            self.used += n;
+            at += n;
         }
     }
 }

@@ -34,6 +34,10 @@ fn totp_enrolment_login_trusted_device_backup_codes_and_sessions() {
         .map(|v| v.as_str().unwrap().to_string())
         .collect();
     assert_eq!(backups.len(), 10);
+    // Drawn in one request from the component's batch of random bytes
+    // (spin-app's WasiRng): no two alike.
+    let distinct: std::collections::BTreeSet<&String> = backups.iter().collect();
+    assert_eq!(distinct.len(), backups.len(), "{backups:?}");
     let step = now_secs() / 30;
     let r = c.post(
         "/api/2fa/totp/verify-setup",
