@@ -568,7 +568,7 @@ def main():
         w("verification does not hash. The ratio is over the floor component's requests/s."
           + (" One driver times the hosts in turn, run by run and concurrency by concurrency"
              + (" (tmpfs, then disk; the SQLite hosts in one driver, then the log store's in another,"
-                " with twice the users so that they do not run out before the deadline)" if log_disk_ratios
+                " with three times the users so that they do not run out before the deadline)" if log_disk_ratios
                 else " (tmpfs, then disk)")
              + ", so that target 3 compares runs a few seconds apart."
              if disk_ratios else "")
