@@ -347,7 +347,6 @@ async fn send_http(call: HttpCall) -> Result<(), DeliveryError> {
 
 // --------------------------------------------------------------------- ports
 
-/// Random bytes from `wasi:random`.
 /// Random bytes from `wasi:random`, fetched [`RANDOM_BATCH`] at a time: a
 /// request draws several small values (ids, token ids, salts), and each host
 /// call costs far more than the bytes it returns. Bytes handed out are

@@ -238,7 +238,7 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, ApiError> {
 /// Whether `a` and `b` are the same bytes, compared eight at a time: `==`
 /// on byte slices calls the C library's `memcmp`, which wasi-libc runs a
 /// byte at a time (a 1.7 KB user record found unchanged took 0.8 % of a
-/// `/2fa/verify`'s host CPU that way). Not for secrets (it may stop early).
+/// `/2fa/verify`'s host CPU that way). Not constant-time: not for secrets.
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
