@@ -335,6 +335,13 @@ count_login() {
     counts_of 2 6 4 '"component":"component","method":"POST","path":"/api/auth/login","signed_in":false' \
         count_run "$component" --label component --path /api/auth/login --login
 }
+# A POST /api/2fa/verify on the log store (KV_ENGINE=log): each process
+# first enrols and logs in the same 1,300 users (cheap Argon2 parameters),
+# then spends 200 or 1,200 of their temp tokens.
+count_2fa_verify() {
+    counts_of 200 1200 1000 '"component":"component","method":"POST","path":"/api/2fa/verify","signed_in":false,"store":"log"' \
+        count_run "$component" --label component --verify --verify-users 1300 --kv-engine log
+}
 count_verify() {
     "${wasm_core[@]}" "$core_wasm_simd" --only totp_verify_hit --runs 1 --batch-ms 0 >/dev/null 2>&1
     counts_of 1 5 4 '"component":"core-ops","method":"verify","path":"argon2id","signed_in":false' \
@@ -345,6 +352,8 @@ if command -v valgrind >/dev/null; then
     count_instructions component "$component" /api/health
     count_instructions component "$component" /api/auth/me --signed-in
     echo "valgrind --tool=callgrind $bench_bin handle <wasm> --path <path> [--signed-in] --requests 200|1200 --reuse 1 --pool-slots 2   (the two at once, after one of 1 request; (1200's - 200's) / 1000 per request)" >>"$commands"
+    count_2fa_verify
+    echo "valgrind --tool=callgrind $bench_bin handle $component --verify --verify-users 1300 --kv-engine log --requests 200|1200 --reuse 1 --pool-slots 2   (the two at once; (1200's - 200's) / 1000 per verification)" >>"$commands"
     count_login
     echo "valgrind --tool=callgrind $bench_bin handle $component --login --requests 2|6 --reuse 1 --pool-slots 2   (the two at once; (6's - 2's) / 4 per login)" >>"$commands"
     count_verify

@@ -24,7 +24,9 @@ use tfa_host::runtime;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::WasiHttpView as _;
 
-use crate::{now, percentile, PASSWORD};
+use tfa_core::crypto::totp;
+
+use crate::{now, percentile, unix_secs, PASSWORD};
 
 /// Options of an in-process measurement.
 pub struct Options<'a> {
@@ -42,6 +44,16 @@ pub struct Options<'a> {
     /// `POST /api/auth/login` as the signed-in user (an Argon2 verify)
     /// instead of `GET path`.
     pub login: bool,
+    /// `POST /api/2fa/verify` instead of `GET path`: `verify_users` users
+    /// with TOTP enabled are enrolled and logged in first (not timed, cheap
+    /// Argon2 parameters), each request spends one of their temp tokens with
+    /// a fresh code. The preparation does not depend on `requests`, so two
+    /// processes that differ only in it differ by verifications alone.
+    pub verify: bool,
+    /// Users prepared for `verify` (at least the requests and the warm-up).
+    pub verify_users: usize,
+    /// The store (`--kv-engine`, as `KV_ENGINE`): SQLite by default.
+    pub kv_engine: tfa_host::kv::KvEngine,
     /// Component instances in the engine's pool (the server's number when
     /// `None`): 2 lets the process run under valgrind (callgrind counts a
     /// request's instructions; `scripts/bench.sh`).
@@ -149,27 +161,42 @@ impl Instance {
             .new_incoming_request(Scheme::Http, req)?;
         let out = store.data_mut().http().new_response_outparam(tx)?;
         let handler = self.proxy.wasi_http_incoming_handler();
-        tokio::time::timeout(DEADLINE, handler.call_handle(&mut *store, req, out))
-            .await
-            .map_err(|_| anyhow::anyhow!("deadline"))??;
-        // As the server does at the response: the gate of memory-heavy
-        // instances lets the next heavy store in.
-        store.data().limiter.release().release();
-        let resp = rx.await?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        let status = resp.status().as_u16();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?
-            .to_bytes();
-        Ok((status, body))
+        // The body is read while the handler runs, as the server does: a
+        // body larger than the stream's buffer (a QR code) holds the guest's
+        // write until someone reads it.
+        let handled = async {
+            let r = tokio::time::timeout(DEADLINE, handler.call_handle(&mut *store, req, out))
+                .await
+                .map_err(|_| anyhow::anyhow!("deadline"))?;
+            // As the server does at the response: the gate of memory-heavy
+            // instances lets the next heavy store in.
+            store.data().limiter.release().release();
+            r.map_err(anyhow::Error::from)
+        };
+        let answered = async {
+            let resp = rx.await?.map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            let status = resp.status().as_u16();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?
+                .to_bytes();
+            anyhow::Ok((status, body))
+        };
+        let (handled, answered) = tokio::join!(handled, answered);
+        handled?;
+        answered
     }
 }
 
 /// Requests in a batch: the unit of the best-batch figure and of the
 /// alternation between reuse modes.
 const BATCH: usize = 250;
+
+/// Requests of each mode that warm the pool first and are not counted
+/// (logins: 5).
+pub const WARM: usize = 50;
 
 /// How long one request may run.
 const DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -190,13 +217,16 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("tfa-bench-handle-{}", std::process::id()));
     let env = |name: &str| match name {
         "RATE_LIMIT_ENABLED" => Some("false".to_string()),
+        // A verification never hashes: its preparation's hashes are cheap.
+        "ARGON2_MEMORY_KIB" if o.verify => Some("256".to_string()),
+        "ARGON2_ITERATIONS" if o.verify => Some("1".to_string()),
         _ => SECRETS
             .iter()
             .find(|(n, _)| *n == name)
             .map(|(_, v)| v.to_string()),
     };
     let (variables, _) = tfa_host::service_settings(&env);
-    let shared = crate::startup::shared(&dir, variables)?;
+    let shared = crate::startup::shared(&dir, o.kv_engine, variables)?;
     let host = Host {
         engine: &engine,
         pre: &pre,
@@ -224,8 +254,23 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     let login = json!({"emailOrUsername": "handlebench", "password": PASSWORD}).to_string();
     let (method, path, body, auth) = if o.login {
         ("POST", "/api/auth/login", login.as_str(), None)
+    } else if o.verify {
+        ("POST", "/api/2fa/verify", "", None)
     } else {
         ("GET", o.path, "", token.as_deref())
+    };
+    // Every mode sends the warm-up and the requests, each with a user of its own.
+    if o.verify && o.verify_users < (o.requests + WARM) * o.reuse.len() {
+        anyhow::bail!(
+            "--verify-users {} is fewer than the requests and the warm-up ({} per mode)",
+            o.verify_users,
+            o.requests + WARM
+        );
+    }
+    let mut verifications = if o.verify {
+        prepare_verifications(&host, o.verify_users).await?
+    } else {
+        Vec::new()
     };
     /// One way of running requests: its instance and timings.
     struct Mode {
@@ -251,7 +296,7 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     // 5 logins) warm the pooling allocator's slots and are not counted.
     // Each timing includes, when it falls to that request, making a new
     // instance and dropping the used one.
-    let (warm, batch) = if o.login { (5, 5) } else { (50, BATCH) };
+    let (warm, batch) = if o.login { (5, 5) } else { (WARM, BATCH) };
     let mut done = 0;
     while done < o.requests + warm {
         let n = batch.min(o.requests + warm - done);
@@ -263,7 +308,20 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
                     m.instance = Some(host.instance().await?);
                 }
                 let inst = m.instance.as_mut().context("an instance")?;
-                m.status = inst.call(method, path, auth, body).await?.0;
+                let prepared;
+                let body = if o.verify {
+                    prepared = verifications
+                        .pop()
+                        .context("--verify-users: too few users")?;
+                    prepared.as_str()
+                } else {
+                    body
+                };
+                let (status, answer) = inst.call(method, path, auth, body).await?;
+                if o.verify && status != 200 {
+                    anyhow::bail!("2fa/verify {status}: {}", String::from_utf8_lossy(&answer));
+                }
+                m.status = status;
                 m.served += 1;
                 if m.reuse == 1 {
                     drop(m.instance.take());
@@ -302,4 +360,63 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Enrols `users` users with TOTP (register, `totp/setup`, `verify-setup`)
+/// and logs each in; returns one `/2fa/verify` body per user, with a code
+/// of a step after the one spent at enrolment and not behind the clock.
+async fn prepare_verifications(host: &Host<'_>, users: usize) -> anyhow::Result<Vec<String>> {
+    let totp_code = |secret: &[u8], step: u64| {
+        totp::code_at_step(secret, step, totp::TotpAlgorithm::Sha1, totp::DIGITS)
+    };
+    let data = |status: u16, body: &[u8], what: &str| -> anyhow::Result<serde_json::Value> {
+        let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        if !(200..300).contains(&status) {
+            anyhow::bail!("{what}: {status} {v}");
+        }
+        Ok(v["data"].clone())
+    };
+    let mut out = Vec::with_capacity(users);
+    for i in 0..users {
+        let name = format!("verify{i}");
+        let account = json!({"email": format!("{name}@bench.test"), "username": name,
+                             "password": PASSWORD});
+        let (s, b) = host
+            .request("POST", "/api/auth/register", None, &account.to_string())
+            .await?;
+        let access = data(s, &b, "register")?["accessToken"]
+            .as_str()
+            .map(|t| format!("Bearer {t}"))
+            .context("register: no accessToken")?;
+        let (s, b) = host
+            .request("POST", "/api/2fa/totp/setup", Some(&access), "{}")
+            .await?;
+        let b32 = data(s, &b, "totp/setup")?["secret"]
+            .as_str()
+            .context("totp/setup: no secret")?
+            .to_string();
+        let secret = totp::base32_decode(&b32).context("base32 secret")?;
+        let step = unix_secs() / 30;
+        let confirm = json!({"code": totp_code(&secret, step)}).to_string();
+        let (s, b) = host
+            .request(
+                "POST",
+                "/api/2fa/totp/verify-setup",
+                Some(&access),
+                &confirm,
+            )
+            .await?;
+        data(s, &b, "verify-setup")?;
+        let login = json!({"emailOrUsername": name, "password": PASSWORD}).to_string();
+        let (s, b) = host
+            .request("POST", "/api/auth/login", None, &login)
+            .await?;
+        let temp = data(s, &b, "login")?["tempToken"]
+            .as_str()
+            .context("login: no tempToken")?
+            .to_string();
+        let step = (step + 1).max(unix_secs() / 30);
+        out.push(json!({"tempToken": temp, "code": totp_code(&secret, step)}).to_string());
+    }
+    Ok(out)
 }

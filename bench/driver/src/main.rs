@@ -7,11 +7,13 @@
 //! * `startup <component.wasm> [--label L] [--compile-runs N] [--instances M]`:
 //!   compile time and per-request store + instantiation time in the host's
 //!   own runtime configuration.
-//! * `handle <component.wasm> [--label L] [--path P] [--signed-in | --login]
-//!   [--requests N] [--reuse 1,R] [--cache-dir D] [--pool-slots N]
-//!   [--perf-map]`: whole requests inside the host's runtime, one at a time,
-//!   without a socket (one JSON line per reuse mode); `--pool-slots 2` lets
-//!   it run under valgrind, `--perf-map` names the compiled wasm functions.
+//! * `handle <component.wasm> [--label L] [--path P] [--signed-in | --login |
+//!   --verify [--verify-users U]] [--requests N] [--reuse 1,R] [--cache-dir D]
+//!   [--pool-slots N] [--perf-map] [--kv-engine sqlite|log]`: whole requests inside the host's
+//!   runtime, one at a time, without a socket (one JSON line per reuse
+//!   mode); `--verify` sends `POST /api/2fa/verify`s of U users prepared
+//!   first (N + 50 by default); `--pool-slots 2` lets it run under valgrind,
+//!   `--perf-map` names the compiled wasm functions.
 //! * `user --port P`: registers one user (no 2FA); prints its e-mail,
 //!   password and access token as JSON.
 //! * `2fa --port P [--users N] [--conc 1,32] [--runs R] [--secs S]`: the
@@ -166,15 +168,20 @@ fn real_main() -> anyhow::Result<()> {
         "handle" => {
             let wasm = PathBuf::from(rest.first().context("handle <component.wasm>")?);
             let args = Args(rest[1..].to_vec());
+            let requests = args.num("--requests", 5000)?;
             let o = handle::Options {
                 component: &wasm,
                 label: args.get("--label").unwrap_or("component"),
                 path: args.get("--path").unwrap_or("/api/health/live"),
                 cache_dir: Path::new(args.get("--cache-dir").unwrap_or("target/bench/cache")),
                 signed_in: args.has("--signed-in"),
-                requests: args.num("--requests", 5000)?,
+                requests,
                 reuse: args.nums("--reuse", "1")?,
                 login: args.has("--login"),
+                verify: args.has("--verify"),
+                verify_users: args.num("--verify-users", requests + handle::WARM)?,
+                kv_engine: tfa_host::kv::KvEngine::parse(args.get("--kv-engine"))
+                    .map_err(anyhow::Error::msg)?,
                 pool_slots: args.get("--pool-slots").map(str::parse).transpose()?,
                 perf_map: args.has("--perf-map"),
             };

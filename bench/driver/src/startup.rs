@@ -21,13 +21,15 @@ pub struct Options<'a> {
     pub instances: usize,
 }
 
-/// What the API component's requests share in a measurement: a SQLite store
-/// in `dir`, `variables`, no outbound host, no mailer.
+/// What the API component's requests share in a measurement: a store of
+/// `engine` in `dir`, `variables`, no outbound host, no mailer.
 pub fn shared(
     dir: &Path,
+    engine: kv::KvEngine,
     variables: std::collections::BTreeMap<String, String>,
 ) -> anyhow::Result<Arc<runtime::Shared>> {
-    let backend = kv::open_backend(None, dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let backend = kv::open_store(None, dir, engine, kv::KvEmulation::default(), None)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(Arc::new(runtime::Shared {
         kv: backend,
         variables,
@@ -66,7 +68,7 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     let linker = runtime::linker(&engine)?;
     let pre = runtime::pre_instantiate(&linker, &component)?;
     let dir = std::env::temp_dir().join(format!("tfa-bench-startup-{}", std::process::id()));
-    let shared = shared(&dir, Default::default())?;
+    let shared = shared(&dir, kv::KvEngine::Sqlite, Default::default())?;
 
     let mut store_us = Vec::with_capacity(o.instances);
     let mut inst_us = Vec::with_capacity(o.instances);
