@@ -130,15 +130,6 @@ pub fn code_at_step(secret: &[u8], step: u64, alg: TotpAlgorithm, digits: u32) -
     format!("{code:0>width$}", width = digits as usize)
 }
 
-/// Compares two byte strings of equal length without an early exit.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
-}
-
 /// Checks a 6-digit HMAC-SHA-1 code with 30-second steps (the authenticator-app
 /// default) at Unix time `unix_secs`, and returns the step it matched.
 ///
@@ -168,7 +159,7 @@ pub fn verify_code(
             continue;
         }
         let expected = code_at_step(secret, step, TotpAlgorithm::Sha1, DIGITS);
-        if constant_time_eq(expected.as_bytes(), code.as_bytes()) {
+        if crate::crypto::codes::ct_eq(expected.as_bytes(), code.as_bytes()) {
             accepted = Some(step);
         }
     }
