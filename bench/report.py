@@ -355,12 +355,14 @@ def main():
         if v32:
             frac = v32["rps"] / fl32["rps"]
             w(f"| 2. POST /2fa/verify alone ≥ 40 % of the floor's requests/s (c32) | {rate(v32['rps'])} vs "
-              f"{rate(fl32['rps'])}/s ({frac:.0%}) | {status(frac >= 0.4)} |")
+              f"{rate(fl32['rps'])}/s ({frac:.0%}; the two medians timed minutes apart, not in turn) "
+              f"| {status(frac >= 0.4)} |")
         vl32 = vstat(("log", 32))
         if vl32:
             frac = vl32["rps"] / fl32["rps"]
             w(f"| 2. the same with the log store (`KV_ENGINE=log`) | {rate(vl32['rps'])} vs "
-              f"{rate(fl32['rps'])}/s ({frac:.0%}) | {status(frac >= 0.4)} |")
+              f"{rate(fl32['rps'])}/s ({frac:.0%}; the two medians timed minutes apart, not in turn) "
+              f"| {status(frac >= 0.4)} |")
     h = kv_ops.get("GET /api/health")
     if h and "total" in h:
         n = sum(h["total"].values())
@@ -809,7 +811,10 @@ def main():
             user = lambda p: profile_us(p) - profile_us(p, *KERNEL)
             cpu = user(profiles["verify_log"]) / user(profiles["floor"])
             ins = ver["per_request"] / floor_count
-            w(f"A verification on the log store executes {ins:.2f}× the floor's user-space instructions, "
+            w(f"Unlike the `GET` rows, the verification's count moves by up to a tenth from run to run "
+              f"(most likely because its writes wake the log store's sync thread, whose share under valgrind depends on how "
+              f"the threads were scheduled), so it shows large changes only. "
+              f"A verification on the log store executes {ins:.2f}× the floor's user-space instructions, "
               f"while its user-space host CPU under load at concurrency 32 (section 2's profile, the "
               f"kernel's samples left out) is {cpu:.2f}× the floor's: per instruction its code runs "
               f"{cpu / ins:.1f}× as long as the floor's. So what a verification costs beyond the floor is "
@@ -915,10 +920,17 @@ def main():
                      + f": the component's wasm {us(per('wasm'))}, wasmtime {us(per('wasmtime'))}, "
                      f"the allocators and copies {us(per('libc_mem'))}, the rest "
                      f"{us(per() - per('wasm', 'wasmtime', 'libc_mem'))}. The store is no longer "
-                     "where the time goes: what stands between it and 40 % is the component's own "
-                     "work and the 17 host calls of a verification in a fresh instance (the "
-                     "in-memory experiment's 42 % above, with no log and no sync, is the bound of "
-                     "this design's store).")
+                     "where the time goes: "
+                     + ("what stands between it and 40 % is the component's own "
+                        "work and the 17 host calls of a verification in a fresh instance (the "
+                        "in-memory experiment's 42 % above, with no log and no sync, is the bound of "
+                        "this design's store)."
+                        if vl["rps"] < 0.4 * fl["rps"] else
+                        "the rest is the component's own work and the host calls of a verification "
+                        "in a fresh instance. The ratio is above 40 % in this run, but the floor and "
+                        "the verifications are not timed in turn (the floor in the API rows, the "
+                        "verifications minutes later), so it carries whatever the machine's speed "
+                        "did in between: a floor measured in a slow minute lifts it."))
         return text
 
     profile_note = ""
