@@ -800,13 +800,13 @@ def main():
         for c in gets:
             times = f"{c['per_request'] / floor_count:.2f}×" if floor_count else "–"
             w(f"| {c['component']} | `GET {c['path']}`{signed(c)} | {c['per_request']:,} | {times} |")
-        for c in counts:
-            if c.get("method") == "POST" and c.get("path") == "/api/2fa/verify":
-                times = f"{c['per_request'] / floor_count:.2f}×" if floor_count else "–"
-                w(f"| {c['component']} | `POST {c['path']}` (log store; temp tokens prepared first) "
-                  f"| {c['per_request']:,} | {times} |")
+        ver = next((c for c in counts if c.get("method") == "POST"
+                    and c.get("path") == "/api/2fa/verify"), None)
+        if ver:
+            times = f"{ver['per_request'] / floor_count:.2f}×" if floor_count else "–"
+            w(f"| {ver['component']} | `POST {ver['path']}` (log store; temp tokens prepared first) "
+              f"| {ver['per_request']:,} | {times} |")
         w("")
-        ver = next((c for c in counts if c.get("path") == "/api/2fa/verify"), None)
         if ver and floor_count and "verify_log" in profiles and "floor" in profiles:
             user = lambda p: profile_us(p) - profile_us(p, *KERNEL)
             cpu = user(profiles["verify_log"]) / user(profiles["floor"])

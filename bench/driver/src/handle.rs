@@ -26,6 +26,7 @@ use wasmtime_wasi_http::WasiHttpView as _;
 
 use tfa_core::crypto::totp;
 
+use crate::twofa::code;
 use crate::{now, percentile, unix_secs, PASSWORD};
 
 /// Options of an in-process measurement.
@@ -366,9 +367,6 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
 /// and logs each in; returns one `/2fa/verify` body per user, with a code
 /// of a step after the one spent at enrolment and not behind the clock.
 async fn prepare_verifications(host: &Host<'_>, users: usize) -> anyhow::Result<Vec<String>> {
-    let totp_code = |secret: &[u8], step: u64| {
-        totp::code_at_step(secret, step, totp::TotpAlgorithm::Sha1, totp::DIGITS)
-    };
     let data = |status: u16, body: &[u8], what: &str| -> anyhow::Result<serde_json::Value> {
         let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
         if !(200..300).contains(&status) {
@@ -397,7 +395,7 @@ async fn prepare_verifications(host: &Host<'_>, users: usize) -> anyhow::Result<
             .to_string();
         let secret = totp::base32_decode(&b32).context("base32 secret")?;
         let step = unix_secs() / 30;
-        let confirm = json!({"code": totp_code(&secret, step)}).to_string();
+        let confirm = json!({"code": code(&secret, step)}).to_string();
         let (s, b) = host
             .request(
                 "POST",
@@ -416,7 +414,7 @@ async fn prepare_verifications(host: &Host<'_>, users: usize) -> anyhow::Result<
             .context("login: no tempToken")?
             .to_string();
         let step = (step + 1).max(unix_secs() / 30);
-        out.push(json!({"tempToken": temp, "code": totp_code(&secret, step)}).to_string());
+        out.push(json!({"tempToken": temp, "code": code(&secret, step)}).to_string());
     }
     Ok(out)
 }

@@ -43,7 +43,8 @@ pub fn register(c: &mut Conn, name: &str) -> anyhow::Result<(String, String)> {
     Ok((email, access))
 }
 
-fn code(secret: &[u8], step: u64) -> String {
+/// The authenticator's code of `secret` at `step` (SHA-1, six digits).
+pub(crate) fn code(secret: &[u8], step: u64) -> String {
     totp::code_at_step(secret, step, totp::TotpAlgorithm::Sha1, totp::DIGITS)
 }
 
