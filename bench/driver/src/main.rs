@@ -18,10 +18,11 @@
 //!   password and access token as JSON.
 //! * `2fa --port P [--users N] [--conc 1,32] [--runs R] [--secs S]`: the
 //!   2FA login under load (one JSON line per run and concurrency).
-//! * `verify --port P[,P2…] [--users N] [--conc 1,32] [--runs R] [--secs S]`:
-//!   `POST /2fa/verify` on its own, logins and codes prepared before each
-//!   timed part (one JSON line per run, concurrency and host; several hosts
-//!   are timed in turn).
+//! * `verify --port P[,P2…] [--users N] [--conc 1,32] [--runs R] [--secs S]
+//!   [--floor-cmd CMD]`: `POST /2fa/verify` on its own, logins and codes
+//!   prepared before each timed part (one JSON line per run, concurrency and
+//!   host; several hosts are timed in turn); `--floor-cmd` times the floor
+//!   before each run and concurrency (its JSON line goes into the records).
 //! * `token --secret S`: an access token (mfa: true) valid for 15 minutes,
 //!   for Envoy.
 //! * `upstream --port P [--threads N] [--max-secs S]`: the app behind Envoy
@@ -223,7 +224,7 @@ fn real_main() -> anyhow::Result<()> {
                 secs: args.num("--secs", 3.0)?,
             };
             // `--port A,B`: hosts timed in turn, run by run.
-            twofa::run_verify(&o, &args.ports()?)
+            twofa::run_verify(&o, &args.ports()?, args.get("--floor-cmd"))
         }
         "token" => {
             let args = Args(rest);

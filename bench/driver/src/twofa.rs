@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use serde_json::json;
+use serde_json::{json, Value};
 use tfa_core::crypto::totp;
 
 use crate::client::Conn;
@@ -330,19 +330,51 @@ fn prepare(o: &Options, port: u16, queue: &Mutex<VecDeque<User>>) -> anyhow::Res
 /// on tmpfs and one on disk, say), each run and concurrency is timed on every
 /// host in turn, so that a ratio between hosts compares runs minutes apart
 /// at most, not a whole series made before the other.
-pub fn run_verify(o: &Options, ports: &[u16]) -> anyhow::Result<()> {
+///
+/// With `floor_cmd`, each run and concurrency first runs that shell command
+/// (`sh -c`, with `CONC` set to the concurrency; bench.sh gives it wrk on the
+/// floor component), and the last line of its output that is a JSON object
+/// goes into every line of that run and concurrency as `floor`: a ratio over
+/// the floor is then one of requests timed seconds apart.
+pub fn run_verify(o: &Options, ports: &[u16], floor_cmd: Option<&str>) -> anyhow::Result<()> {
     let queues = ports
         .iter()
         .map(|&port| enrol_all(o, port))
         .collect::<anyhow::Result<Vec<_>>>()?;
     for run in 0..o.runs {
         for &conc in &o.concurrency {
+            let floor = match floor_cmd {
+                Some(cmd) => floor_run(cmd, conc)?,
+                None => Value::Null,
+            };
             for (&port, queue) in ports.iter().zip(&queues) {
-                time_verify(o, port, queue, run, conc)?;
+                time_verify(o, port, queue, run, conc, &floor)?;
             }
         }
     }
     Ok(())
+}
+
+/// Runs `cmd` under `sh -c` with `CONC=conc` and returns the last line of
+/// its standard output that parses as a JSON object.
+fn floor_run(cmd: &str, conc: usize) -> anyhow::Result<Value> {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .env("CONC", conc.to_string())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("--floor-cmd {cmd}"))?;
+    anyhow::ensure!(out.status.success(), "--floor-cmd {cmd}: {}", out.status);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .rev()
+        .find_map(|l| {
+            serde_json::from_str::<Value>(l)
+                .ok()
+                .filter(Value::is_object)
+        })
+        .with_context(|| format!("--floor-cmd {cmd} printed no JSON object"))
 }
 
 /// Registers `o.users` users with TOTP on the host at `port`.
@@ -389,6 +421,7 @@ fn time_verify(
     queue: &Mutex<VecDeque<User>>,
     run: usize,
     conc: usize,
+    floor: &Value,
 ) -> anyhow::Result<()> {
     // Bounded wait for the users' next step to become acceptable.
     let wait_until = now() + Duration::from_secs(40);
@@ -457,6 +490,7 @@ fn time_verify(
             "errors": errors,
             "p50_us": percentile(&mut lat, 50.0),
             "p99_us": percentile(&mut lat, 99.0),
+            "floor": floor,
         })
     );
     Ok(())
