@@ -838,8 +838,8 @@ def main():
             user = lambda p: profile_us(p) - profile_us(p, *KERNEL)
             cpu = user(profiles["verify_log"]) / user(profiles["floor"])
             ins = ver["per_request"] / floor_count
-            w(f"Unlike the `GET` rows, the verification's count moves by up to a tenth from run to run "
-              f"(most likely because its writes wake the log store's sync thread, whose share under valgrind depends on how "
+            w(f"Unlike the `GET` rows, the verification's count moves by up to a quarter from run to run "
+              f"(276,597 and 211,339 in two full runs of the same component on 2026-12-03; most likely because its writes wake the log store's sync thread, whose share under valgrind depends on how "
               f"the threads were scheduled), so it shows large changes only. "
               f"A verification on the log store executes {ins:.2f}× the floor's user-space instructions, "
               f"while its user-space host CPU under load at concurrency 32 (section 2's profile, the "
