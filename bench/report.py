@@ -839,8 +839,12 @@ def main():
             cpu = user(profiles["verify_log"]) / user(profiles["floor"])
             ins = ver["per_request"] / floor_count
             w(f"Unlike the `GET` rows, the verification's count moves by up to a quarter from run to run "
-              f"(276,597 and 211,339 in two full runs of the same component on 2026-12-03; most likely because its writes wake the log store's sync thread, whose share under valgrind depends on how "
-              f"the threads were scheduled), so it shows large changes only. "
+              f"(276,597 and 211,339 in two full runs of the same component on 2026-12-03): each of its two "
+              f"processes first enrols and logs in 1,300 users, {ver['small'] / 1e9:.1f} billion instructions here, which "
+              f"should cancel out, against the {(ver['large'] - ver['small']) / 1e9:.2f} billion that the 1,000 "
+              f"verifications add: a difference of 0.3 % between the two preparations, or work that grows with a "
+              f"process's time under valgrind rather than with its requests (timers, the log store's 20 ms flushes), is "
+              f"a quarter of the result; which of the two it is has not been measured. So it shows large changes only. "
               f"A verification on the log store executes {ins:.2f}× the floor's user-space instructions, "
               f"while its user-space host CPU under load at concurrency 32 (section 2's profile, the "
               f"kernel's samples left out) is {cpu:.2f}× the floor's: per instruction its code runs "
