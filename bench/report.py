@@ -157,6 +157,10 @@ def main():
     core = {}
     for r in by["core"]:
         core[r["variant"]] = {o["name"]: o for o in r["r"]["ops"]}
+    def wrk_rps(x):
+        """Requests/s of one wrk line (bench.lua's JSON), or None without a duration."""
+        return x["requests"] / (x["duration_us"] / 1e6) if x.get("duration_us") else None
+
     wrk = defaultdict(list)
     for r in by["wrk"]:
         x = dict(r["r"])
@@ -173,8 +177,8 @@ def main():
         """Run by run, requests/s of row `a` over row `b` ((target, endpoint) each), both
         measured in the same pass of bench.sh's loop, seconds apart."""
         ra, rb = by_run(*a, conc), by_run(*b, conc)
-        return [ra[k]["requests"] / ra[k]["duration_us"] / (rb[k]["requests"] / rb[k]["duration_us"])
-                for k in ra if k is not None and k in rb and rb[k]["requests"] and ra[k]["duration_us"]]
+        return [wrk_rps(ra[k]) / wrk_rps(rb[k])
+                for k in ra if k is not None and k in rb and wrk_rps(rb[k]) and wrk_rps(ra[k]) is not None]
 
     def p50_diffs(a, b, conc):
         """Run by run, row `a`'s p50 minus row `b`'s (endpoints of the Envoy target), both
@@ -194,7 +198,7 @@ def main():
         rs = wrk.get((target, endpoint, conc), [])
         if not rs:
             return None
-        rps = [x["requests"] / (x["duration_us"] / 1e6) for x in rs]
+        rps = [wrk_rps(x) for x in rs]
         errs = sum(x["errors_status"] + x["errors_connect"] + x["errors_read"]
                    + x["errors_write"] + x["errors_timeout"] for x in rs)
         n = sum(x["requests"] for x in rs)
@@ -276,24 +280,23 @@ def main():
     # floor timed seconds before it. Older results have no `floor`: the ratio of the
     # verifications' median over the API rows' floor, timed minutes apart.
     def floor_rps(r):
-        f = r.get("floor") or {}
-        return f["requests"] / (f["duration_us"] / 1e6) if f.get("requests") and f.get("duration_us") else None
+        return wrk_rps(r.get("floor") or {})
 
     def verify_over_floor(conc):
-        """(ratio, text, floor req/s) of `verify[conc]` over the floor: in turn where the
-        records carry their floor, else over the API rows' floor median; None without one."""
+        """(ratio, text, floor req/s, in turn) of `verify[conc]` over the floor: in turn where
+        the records carry their floor, else over the API rows' floor median; None without one."""
         rs = verify.get(conc, [])
         pairs = [(r["requests_per_s"], floor_rps(r)) for r in rs if floor_rps(r)]
         if pairs:
             ratios = [v / f for v, f in pairs]
             m, cell = ratio_cell(ratios, 0.0)
-            return m, cell + "; the floor timed in turn, seconds before each run", med([f for _, f in pairs])
+            return m, cell + "; the floor timed in turn, seconds before each run", med([f for _, f in pairs]), True
         fl = wstat("floor", "GET /health", conc[1] if isinstance(conc, tuple) else conc)
         s = vstat(conc)
         if not (fl and s):
             return None
         return (s["rps"] / fl["rps"], f"{s['rps'] / fl['rps']:.0%}; the two medians timed minutes apart, not in turn",
-                fl["rps"])
+                fl["rps"], False)
 
     kv_ops = {r["endpoint"]: r for r in by["kv_ops"]}
     startup = {r["component"]: r for r in by["startup"]}
@@ -332,8 +335,9 @@ def main():
     for r in by["wrk"] if argon_floor else []:
         if (r.get("target"), r.get("endpoint"), r.get("concurrency")) == ("api", "POST /auth/login", 32):
             fl = floor_verify_ns(32, r.get("run"))
-            if fl == fl and r["r"]["duration_us"]:
-                login_ratios.append(r["r"]["requests"] / (r["r"]["duration_us"] / 1e6) * (fl / 1e9) / cores)
+            rps = wrk_rps(r["r"])
+            if fl == fl and rps is not None:
+                login_ratios.append(rps * (fl / 1e9) / cores)
 
     # Each ratio target once, as ratio_cell gives it (value, text), for the table and the notes:
     # the median of the run-by-run ratios where there are any, else the ratio of the medians.
@@ -378,12 +382,12 @@ def main():
                   f"{rate(fl32['rps'])}/s ({cell}) | {status(frac >= 0.6)} |")
         v32, vf32 = vstat(32), verify_over_floor(32)
         if v32 and vf32:
-            frac, cell, frps = vf32
+            frac, cell, frps, _ = vf32
             w(f"| 2. POST /2fa/verify alone ≥ 40 % of the floor's requests/s (c32) | {rate(v32['rps'])} vs "
               f"{rate(frps)}/s ({cell}) | {status(frac >= 0.4)} |")
         vl32, vlf32 = vstat(("log", 32)), verify_over_floor(("log", 32))
         if vl32 and vlf32:
-            frac, cell, frps = vlf32
+            frac, cell, frps, _ = vlf32
             w(f"| 2. the same with the log store (`KV_ENGINE=log`) | {rate(vl32['rps'])} vs "
               f"{rate(frps)}/s ({cell}) | {status(frac >= 0.4)} |")
     h = kv_ops.get("GET /api/health")
@@ -842,7 +846,8 @@ def main():
               f"(276,597 and 211,339 in two full runs of the same component on 2026-12-03): each of its two "
               f"processes first enrols and logs in 1,300 users, {ver['small'] / 1e9:.1f} billion instructions here, which "
               f"should cancel out, against the {(ver['large'] - ver['small']) / 1e9:.2f} billion that the 1,000 "
-              f"verifications add: a difference of 0.3 % between the two preparations, or work that grows with a "
+              f"verifications add: a difference of {0.25 * (ver['large'] - ver['small']) / ver['small']:.1%} between "
+              f"the two preparations, or work that grows with a "
               f"process's time under valgrind rather than with its requests (timers, the log store's 20 ms flushes), is "
               f"a quarter of the result; which of the two it is has not been measured. So it shows large changes only. "
               f"A verification on the log store executes {ins:.2f}× the floor's user-space instructions, "
@@ -937,7 +942,6 @@ def main():
         vlf, vsf = verify_over_floor(("log", 32)), verify_over_floor(32)
         if not (vl and vs and vlf and vsf):
             return text
-        in_turn = any(floor_rps(r) for r in verify.get(("log", 32), []))
         text += (f" In this run it answered {rate(vl['rps'])} verifications/s at concurrency 32, "
                  f"{vlf[0]:.0%} of the floor, against {rate(vs['rps'])}/s "
                  f"({vsf[0]:.0%}) for SQLite: {vl['rps'] / vs['rps']:.1f}× as many.")
@@ -963,7 +967,7 @@ def main():
                         f"the rest is the component's own work and {calls} of a verification "
                         "in a fresh instance."
                         + (" The floor was timed in turn with the verifications, seconds before each run."
-                           if in_turn else
+                           if vlf[3] else
                            " The ratio is above 40 % in this run, but the floor and "
                            "the verifications are not timed in turn (the floor in the API rows, the "
                            "verifications minutes later), so it carries whatever the machine's speed "
