@@ -877,6 +877,19 @@ def main():
     fresh_rows = {reuse_key(h): h for h in handle_all if h.get("reuse", 1) == 1}
     pair = {reuse_key(r): (fresh_rows[reuse_key(r)], r) for r in handle_all
             if r.get("reuse", 1) > 1 and reuse_key(r) in fresh_rows}
+    pause = next(iter(by.get("kv_pause", [])), None)
+    if pause:
+        w("**The log store's pause while it compacts** (`tfa-bench kv-pause`, host/src/layered.rs): a log")
+        w(f"store of {pause['keys']:,} keys ({pause['value_bytes']}-byte values) compacting, while one thread sends `set`s")
+        w("(a durability barrier every 50) until the snapshot is written and the writes made meanwhile are")
+        w("merged back; beside it, in the same process, a clone of a map of the same keys and values: until")
+        w("2026-12-04 the store cloned its map under its lock at each compaction, and every call waited that long.\n")
+        w("| calls during the compaction | compaction | call p50 | p99 | longest call | the old design's pause (a clone, median of 3) | longest ÷ old pause |")
+        w("|---:|---:|---:|---:|---:|---:|---:|")
+        w(f"| {pause['calls']:,} | {pause['compaction_ms']:,.0f} ms | {us(pause['us_p50'])} | {us(pause['us_p99'])} "
+          f"| {us(pause['us_max'])} | {pause['clone_ms_median']:,.1f} ms "
+          f"| {pause['us_max'] / 1e3 / pause['clone_ms_median']:.3f}× |")
+        w("")
     if pair:
         w("**Instance reuse** (a design this host does not serve; docs/decisions.md, \"Instance reuse\"):")
         w("the same requests, each component instance answering *reuse* requests in turn instead of")

@@ -78,6 +78,7 @@ pub mod conn;
 pub mod gate;
 pub mod hugepages;
 pub mod kv;
+pub mod layered;
 pub mod log;
 pub mod logkv;
 pub mod maintenance;

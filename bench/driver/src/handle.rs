@@ -62,6 +62,30 @@ pub struct Options<'a> {
     /// Have wasmtime write `/tmp/perf-PID.map`, which names the compiled
     /// wasm functions for `perf` and callgrind's addresses.
     pub perf_map: bool,
+    /// Created once the preparation is done (engine, component, store,
+    /// users); the requests start only after it is removed. Under
+    /// `valgrind --tool=callgrind --instr-atstart=no`, `scripts/bench.sh`
+    /// switches the counting on in between, so that the count is the
+    /// requests' alone.
+    pub ready_file: Option<&'a Path>,
+}
+
+/// How long [`Options::ready_file`] may wait to be removed.
+const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Creates `file` and waits until someone removes it (bounded by
+/// [`READY_WAIT`]). Asleep in the runtime meanwhile, so that the work the
+/// preparation left after its responses runs before the count begins.
+async fn handshake(file: &Path) -> anyhow::Result<()> {
+    std::fs::write(file, b"ready\n").with_context(|| format!("create {}", file.display()))?;
+    let started = now();
+    while file.exists() {
+        if started.elapsed() > READY_WAIT {
+            anyhow::bail!("{} was not removed within {READY_WAIT:?}", file.display());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    Ok(())
 }
 
 /// The signing secrets of the measured instance (fixed: nothing is signed
@@ -215,7 +239,7 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
         .with_context(|| format!("load {}", o.component.display()))?;
     let linker = runtime::linker(&engine)?;
     let pre = runtime::pre_instantiate(&linker, &component)?;
-    let dir = std::env::temp_dir().join(format!("tfa-bench-handle-{}", std::process::id()));
+    let dir = crate::startup::ScratchDir::new("handle");
     let env = |name: &str| match name {
         "RATE_LIMIT_ENABLED" => Some("false".to_string()),
         // A verification never hashes: its preparation's hashes are cheap.
@@ -227,7 +251,7 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
             .map(|(_, v)| v.to_string()),
     };
     let (variables, _) = tfa_host::service_settings(&env);
-    let shared = crate::startup::shared(&dir, o.kv_engine, variables)?;
+    let shared = crate::startup::shared(dir.path(), o.kv_engine, variables)?;
     let host = Host {
         engine: &engine,
         pre: &pre,
@@ -298,6 +322,9 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     // Each timing includes, when it falls to that request, making a new
     // instance and dropping the used one.
     let (warm, batch) = if o.login { (5, 5) } else { (WARM, BATCH) };
+    if let Some(file) = o.ready_file {
+        handshake(file).await?;
+    }
     let mut done = 0;
     while done < o.requests + warm {
         let n = batch.min(o.requests + warm - done);
@@ -337,7 +364,6 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     for m in &mut modes {
         drop(m.instance.take());
     }
-    let _ = std::fs::remove_dir_all(&dir);
     for m in modes {
         let mut took_us = m.took_us;
         // Other work on the machine inflates some stretches: the least

@@ -9,11 +9,17 @@
 //!   own runtime configuration.
 //! * `handle <component.wasm> [--label L] [--path P] [--signed-in | --login |
 //!   --verify [--verify-users U]] [--requests N] [--reuse 1,R] [--cache-dir D]
-//!   [--pool-slots N] [--perf-map] [--kv-engine sqlite|log]`: whole requests inside the host's
-//!   runtime, one at a time, without a socket (one JSON line per reuse
-//!   mode); `--verify` sends `POST /api/2fa/verify`s of U users prepared
-//!   first (N + 50 by default); `--pool-slots 2` lets it run under valgrind,
-//!   `--perf-map` names the compiled wasm functions.
+//!   [--pool-slots N] [--perf-map] [--kv-engine sqlite|log] [--ready-file F]`: whole
+//!   requests inside the host's runtime, one at a time, without a socket (one
+//!   JSON line per reuse mode); `--verify` sends `POST /api/2fa/verify`s of U
+//!   users prepared first (N + 50 by default); `--pool-slots 2` lets it run
+//!   under valgrind, `--perf-map` names the compiled wasm functions, and
+//!   `--ready-file` creates F once everything before the requests is done and
+//!   waits for it to be removed (up to 10 minutes) before sending them: the
+//!   moment to switch callgrind's counting on.
+//! * `kv-pause [--keys N] [--value-bytes B]`: the longest wait of the log
+//!   store's calls while it compacts N keys (942,000 and 200 by default),
+//!   beside the time to clone such a map (what the store paused for before).
 //! * `user --port P`: registers one user (no 2FA); prints its e-mail,
 //!   password and access token as JSON.
 //! * `2fa --port P [--users N] [--conc 1,32] [--runs R] [--secs S]`: the
@@ -33,6 +39,7 @@
 
 mod client;
 mod handle;
+mod kvpause;
 mod startup;
 mod twofa;
 mod upstream;
@@ -134,7 +141,9 @@ fn main() {
 fn real_main() -> anyhow::Result<()> {
     let all: Vec<String> = std::env::args().skip(1).collect();
     let Some(cmd) = all.first().cloned() else {
-        bail!("usage: tfa-bench <wasm-core|startup|user|2fa|verify|token|upstream> …");
+        bail!(
+            "usage: tfa-bench <wasm-core|startup|handle|kv-pause|user|2fa|verify|token|upstream> …"
+        );
     };
     let rest = all[1..].to_vec();
     match cmd.as_str() {
@@ -185,11 +194,19 @@ fn real_main() -> anyhow::Result<()> {
                     .map_err(anyhow::Error::msg)?,
                 pool_slots: args.get("--pool-slots").map(str::parse).transpose()?,
                 perf_map: args.has("--perf-map"),
+                ready_file: args.get("--ready-file").map(Path::new),
             };
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
                 .block_on(handle::run(&o))
+        }
+        "kv-pause" => {
+            let args = Args(rest);
+            kvpause::run(
+                args.num("--keys", 942_000)?,
+                args.num("--value-bytes", 200)?,
+            )
         }
         "user" => {
             let args = Args(rest);

@@ -3,7 +3,7 @@
 //! the compile time of the component (no cache), and the per-request cost
 //! of a fresh store plus instantiation from the pre-instantiated component.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -19,6 +19,34 @@ pub struct Options<'a> {
     pub label: &'a str,
     pub compile_runs: usize,
     pub instances: usize,
+}
+
+/// A measurement's own store directory under the temporary directory,
+/// removed when this is dropped. Declare it before the [`shared`] state
+/// that opens a store in it, so that the store (its sync thread, its open
+/// files) is gone first: removed while the log store was still open, the
+/// directory was sometimes left behind (10 MB a process in `/dev/shm`).
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    /// `tfa-bench-<what>-<pid>` in the temporary directory (not created).
+    pub fn new(what: &str) -> ScratchDir {
+        ScratchDir(std::env::temp_dir().join(format!("tfa-bench-{what}-{}", std::process::id())))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        match std::fs::remove_dir_all(&self.0) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => eprintln!("cannot remove {}: {e}", self.0.display()),
+        }
+    }
 }
 
 /// What the API component's requests share in a measurement: a store of
@@ -67,8 +95,8 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
 
     let linker = runtime::linker(&engine)?;
     let pre = runtime::pre_instantiate(&linker, &component)?;
-    let dir = std::env::temp_dir().join(format!("tfa-bench-startup-{}", std::process::id()));
-    let shared = shared(&dir, kv::KvEngine::Sqlite, Default::default())?;
+    let dir = ScratchDir::new("startup");
+    let shared = shared(dir.path(), kv::KvEngine::Sqlite, Default::default())?;
 
     let mut store_us = Vec::with_capacity(o.instances);
     let mut inst_us = Vec::with_capacity(o.instances);
@@ -92,7 +120,6 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
         drop_us.push((t3 - t2).as_secs_f64() * 1e6);
     }
     let mut total: Vec<f64> = store_us.iter().zip(&inst_us).map(|(a, b)| a + b).collect();
-    let _ = std::fs::remove_dir_all(&dir);
     println!(
         "{}",
         json!({
