@@ -79,35 +79,34 @@ impl Layered {
 
     /// Sets `key` to `value`.
     pub fn insert(&mut self, key: Key, value: Value) {
-        if self.overlay.is_some() {
-            if !self.contains(&key) {
-                self.len += 1;
-            }
-            if let Some(o) = self.overlay.as_mut() {
+        let added = match self.overlay.as_mut() {
+            Some(o) => {
+                let had = match o.get(&key) {
+                    Some(v) => v.is_some(),
+                    None => self.base.contains_key(&key),
+                };
                 o.insert(key, Some(value));
+                !had
             }
-        } else if Arc::make_mut(&mut self.base).insert(key, value).is_none() {
+            None => Arc::make_mut(&mut self.base).insert(key, value).is_none(),
+        };
+        if added {
             self.len += 1;
         }
     }
 
     /// Deletes `key` (nothing when it holds no value).
     pub fn remove(&mut self, key: &str) {
-        if !self.contains(key) {
-            return;
-        }
-        self.len -= 1;
-        match self.overlay.as_mut() {
+        let removed = match self.overlay.as_mut() {
             // Kept as a delete only where the base still has the key.
             Some(o) if self.base.contains_key(key) => {
-                o.insert(Arc::from(key), None);
+                o.insert(Arc::from(key), None).is_none_or(|v| v.is_some())
             }
-            Some(o) => {
-                o.remove(key);
-            }
-            None => {
-                Arc::make_mut(&mut self.base).remove(key);
-            }
+            Some(o) => o.remove(key).is_some_and(|v| v.is_some()),
+            None => Arc::make_mut(&mut self.base).remove(key).is_some(),
+        };
+        if removed {
+            self.len -= 1;
         }
     }
 

@@ -34,20 +34,25 @@ fn key(i: usize) -> String {
 pub fn run(keys: usize, value_bytes: usize) -> anyhow::Result<()> {
     let dir = ScratchDir::new("kvpause");
     let value = vec![b'v'; value_bytes];
+    let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    // Waits for the store's durability barrier, if it has one to wait for.
+    let barrier = |kv: &LogKv| match kv.durable() {
+        Some(f) => rt.block_on(f).map_err(|e| anyhow::anyhow!("{e}")),
+        None => Ok(()),
+    };
     {
         let never = Options {
             compact_at: u64::MAX,
             ..Options::default()
         };
         let kv = LogKv::open_with(dir.path(), KvEmulation::Spin402, never)?;
-        for chunk in (0..keys).collect::<Vec<_>>().chunks(1000) {
-            let pairs: Vec<(String, Vec<u8>)> =
-                chunk.iter().map(|&i| (key(i), value.clone())).collect();
+        for start in (0..keys).step_by(1000) {
+            let pairs: Vec<(String, Vec<u8>)> = (start..keys.min(start + 1000))
+                .map(|i| (key(i), value.clone()))
+                .collect();
             kv.set_many(&pairs)?;
         }
-        if let Some(f) = kv.durable() {
-            futures_block(f)?;
-        }
+        barrier(&kv)?;
     }
     let at_once = Options {
         compact_at: 1,
@@ -67,9 +72,7 @@ pub fn run(keys: usize, value_bytes: usize) -> anyhow::Result<()> {
         took_us.push(t.elapsed().as_secs_f64() * 1e6);
         i += 1;
         if i % BARRIER_EVERY == 0 {
-            if let Some(f) = kv.durable() {
-                futures_block(f)?;
-            }
+            barrier(&kv)?;
         }
     }
     let compaction_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -98,12 +101,4 @@ pub fn run(keys: usize, value_bytes: usize) -> anyhow::Result<()> {
         })
     );
     Ok(())
-}
-
-/// Waits for a store future on this thread.
-fn futures_block(f: tfa_host::kv::KvFuture<()>) -> anyhow::Result<()> {
-    tokio::runtime::Builder::new_current_thread()
-        .build()?
-        .block_on(f)
-        .map_err(|e| anyhow::anyhow!("{e}"))
 }
