@@ -285,9 +285,10 @@ handle_run "$component" --label component --login --requests "$LOGIN_REQUESTS" -
 # address space; the compiled code is the server's, from the cache the runs
 # above filled (a run of one request first makes sure of it: two processes
 # compiling at once do not count alike).
+collected() { sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p'; } # callgrind's count, from its stderr
 callgrind_total() { # <command…>: prints the instructions callgrind counted in it
     TMPDIR=/dev/shm valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" \
-        2>&1 >/dev/null | sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p'
+        2>&1 >/dev/null | collected
 }
 # A handle process counts only its requests: callgrind starts with its
 # instrumentation off (--instr-atstart=no), the process creates its ready
@@ -297,7 +298,7 @@ callgrind_total() { # <command…>: prints the instructions callgrind counted in
 # instructions (1,300 users for a verification) differed between processes
 # by more than the 0.2 billion of the 1,000 requests measured.
 count_run() { # requests <tfa-bench handle args…>: prints the instructions of the process's requests
-    local n=$1 ready="$out/count-ready-$1" log="$out/count-$1.err" pid i
+    local n=$1 ready="$out/count-ready-$1" log="$out/count-$1.err" pid i count
     shift
     rm -f "$ready"
     TMPDIR=/dev/shm valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/dev/null \
@@ -309,15 +310,20 @@ count_run() { # requests <tfa-bench handle args…>: prints the instructions of 
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.1
     done
-    if [ ! -e "$ready" ] || ! TMPDIR=/dev/shm timeout 60 callgrind_control --instr=on "$pid" >/dev/null; then
-        echo "count_run $n $*: no ready file, or callgrind_control failed" >&2
+    # The file holds the id of the tool's process (`valgrind` is a script
+    # that starts it, so $! is not it); callgrind_control exits 0 even when
+    # it found no such process, so its answer is what tells.
+    if [ ! -e "$ready" ] || ! TMPDIR=/dev/shm timeout 60 callgrind_control --instr=on "$(cat "$ready")" 2>&1 | grep -q '^  OK\.$'; then
+        echo "count_run $n $*: no ready file, or callgrind_control did not switch the counting on" >&2
         kill "$pid" 2>/dev/null || true
         wait "$pid" || true
         return 1
     fi
     rm -f "$ready"
     wait "$pid" || return 1
-    sed -n 's/^==[0-9]*== Collected : \([0-9]*\)$/\1/p' "$log"
+    count=$(collected <"$log")
+    [ "${count:-0}" -gt 0 ] || return 1
+    echo "$count"
 }
 # counts_of <small> <large> <divisor> <fields> <command> <args…>: runs
 # `<command> <small> <args…>` and `<command> <large> <args…>` at once, then

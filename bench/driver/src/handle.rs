@@ -63,7 +63,8 @@ pub struct Options<'a> {
     /// wasm functions for `perf` and callgrind's addresses.
     pub perf_map: bool,
     /// Created once the preparation is done (engine, component, store,
-    /// users); the requests start only after it is removed. Under
+    /// users), holding the process id; the requests start only after it is
+    /// removed. Under
     /// `valgrind --tool=callgrind --instr-atstart=no`, `scripts/bench.sh`
     /// switches the counting on in between, so that the count is the
     /// requests' alone.
@@ -73,11 +74,14 @@ pub struct Options<'a> {
 /// How long [`Options::ready_file`] may wait to be removed.
 const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// Creates `file` and waits until someone removes it (bounded by
+/// Creates `file`, holding this process's id (under valgrind, the id of
+/// the tool's process, which `callgrind_control` needs: `valgrind` itself
+/// is a shell script here), and waits until someone removes it (bounded by
 /// [`READY_WAIT`]). Asleep in the runtime meanwhile, so that the work the
 /// preparation left after its responses runs before the count begins.
 async fn handshake(file: &Path) -> anyhow::Result<()> {
-    std::fs::write(file, b"ready\n").with_context(|| format!("create {}", file.display()))?;
+    std::fs::write(file, format!("{}\n", std::process::id()))
+        .with_context(|| format!("create {}", file.display()))?;
     let started = now();
     while file.exists() {
         if started.elapsed() > READY_WAIT {

@@ -14,8 +14,8 @@
 //!   JSON line per reuse mode); `--verify` sends `POST /api/2fa/verify`s of U
 //!   users prepared first (N + 50 by default); `--pool-slots 2` lets it run
 //!   under valgrind, `--perf-map` names the compiled wasm functions, and
-//!   `--ready-file` creates F once everything before the requests is done and
-//!   waits for it to be removed (up to 10 minutes) before sending them: the
+//!   `--ready-file` creates F (holding the process id) once everything before
+//!   the requests is done and waits for it to be removed (up to 10 minutes) before sending them: the
 //!   moment to switch callgrind's counting on.
 //! * `kv-pause [--keys N] [--value-bytes B]`: the longest wait of the log
 //!   store's calls while it compacts N keys (942,000 and 200 by default),
