@@ -76,7 +76,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 use crate::kv::{KvBackend, KvEmulation, KvError, KvFuture, KvResult, WriteOp};
-use crate::layered::{Layered, Map};
+use crate::layered::{Frozen, Layered, Map};
 
 /// The folder of the log store inside `DATA_DIR`.
 pub const LOG_DIR: &str = "kv-log";
@@ -665,7 +665,14 @@ impl Syncer {
 
 /// Overlay entries folded back into the map per step of [`merge`]: a
 /// store call waits for one step at most (about a millisecond).
-const MERGE_STEP: usize = 4096;
+const MERGE_STEP: usize = 1024;
+
+/// How long [`merge`] leaves the lock alone between two steps. Without
+/// it the store's calls starved: `std`'s mutex is not fair, the merging
+/// thread took the lock back the moment it let go, before a woken
+/// caller ran, and one call waited for the whole merge (365 ms in
+/// `tfa-bench kv-pause` at 942,000 keys, 2026-12-04).
+const MERGE_REST: std::time::Duration = std::time::Duration::from_micros(250);
 
 /// What [`merge`] did.
 struct Merged {
@@ -676,7 +683,8 @@ struct Merged {
 
 /// Folds the writes made while a snapshot was written back into the map
 /// ([`Layered::merge_some`]), [`MERGE_STEP`] entries under the lock at a
-/// time, so that the store's calls go on between the steps.
+/// time and [`MERGE_REST`] without it, so that the store's calls go on
+/// between the steps.
 fn merge(state: &Mutex<State>) -> Merged {
     let mut m = Merged {
         entries: 0,
@@ -696,6 +704,7 @@ fn merge(state: &Mutex<State>) -> Merged {
         if done {
             return m;
         }
+        std::thread::sleep(MERGE_REST);
     }
 }
 
@@ -707,7 +716,7 @@ const SNAP_BUFFER: usize = 1 << 20;
 /// building the whole snapshot in memory first (tens of MB at a few
 /// thousand users) had the kernel zero that many fresh pages at every
 /// compaction, and the growing buffer copied itself at each doubling.
-fn write_snapshot(dir: &Path, generation: u64, map: &Map) -> KvResult<u64> {
+fn write_snapshot(dir: &Path, generation: u64, map: &Frozen) -> KvResult<u64> {
     let tmp = dir.join(format!("kv-{generation}.snap.tmp"));
     let path = snap_file(dir, generation);
     let f = File::create(&tmp).map_err(io("cannot create", &tmp))?;
@@ -716,7 +725,7 @@ fn write_snapshot(dir: &Path, generation: u64, map: &Map) -> KvResult<u64> {
     out.write_all(SNAP_MAGIC)
         .map_err(io("cannot write", &tmp))?;
     let mut payload = Vec::new();
-    for (k, v) in map {
+    for (k, v) in map.iter() {
         payload.clear();
         payload.push(b's');
         put_bytes(&mut payload, k.as_bytes());
@@ -1024,7 +1033,7 @@ mod tests {
         for i in 0..50 {
             map.insert(Arc::from(format!("k{i}")), Arc::from(vec![i as u8; i]));
         }
-        let len = write_snapshot(&dir, 3, &map).unwrap();
+        let len = write_snapshot(&dir, 3, &Layered::new(map.clone()).freeze().unwrap()).unwrap();
         let bytes = std::fs::read(snap_file(&dir, 3)).unwrap();
         assert_eq!(bytes.len() as u64, len);
         let mut back = Map::new();
