@@ -842,20 +842,25 @@ def main():
             user = lambda p: profile_us(p) - profile_us(p, *KERNEL)
             cpu = user(profiles["verify_log"]) / user(profiles["floor"])
             ins = ver["per_request"] / floor_count
-            w(f"Unlike the `GET` rows, the verification's count moves by up to a quarter from run to run "
-              f"(276,597 and 211,339 in two full runs of the same component on 2026-12-03): each of its two "
-              f"processes first enrols and logs in 1,300 users, {ver['small'] / 1e9:.1f} billion instructions here, which "
-              f"should cancel out, against the {(ver['large'] - ver['small']) / 1e9:.2f} billion that the 1,000 "
-              f"verifications add: a difference of {0.25 * (ver['large'] - ver['small']) / ver['small']:.1%} between "
-              f"the two preparations, or work that grows with a "
-              f"process's time under valgrind rather than with its requests (timers, the log store's 20 ms flushes), is "
-              f"a quarter of the result; which of the two it is has not been measured. So it shows large changes only. "
-              f"A verification on the log store executes {ins:.2f}× the floor's user-space instructions, "
-              f"while its user-space host CPU under load at concurrency 32 (section 2's profile, the "
-              f"kernel's samples left out) is {cpu:.2f}× the floor's: per instruction its code runs "
-              f"{cpu / ins:.1f}× as long as the floor's. So what a verification costs beyond the floor is "
-              f"less the number of instructions it executes than how long each takes (docs/decisions.md, \"A verification's "
-              f"instructions and its time\").\n")
+            per = cpu / ins
+            if 0.8 <= per <= 1.25:
+                why = ("about the floor's pace, so what a verification costs beyond the floor is the "
+                       "instructions it executes, not how long each takes")
+            elif per > 1.25:
+                why = "slower than the floor's pace, so part of its cost is how long each instruction takes"
+            else:
+                why = "faster than the floor's pace"
+            w(f"The verification's two processes first enrol and log in the same 1,300 users, which is not counted "
+              f"(the smaller process counted {ver['small'] / 1e9:.2f} billion instructions in all): callgrind starts counting only "
+              f"once `tfa-bench handle` says it is prepared (`--instr-atstart=no`, then `callgrind_control --instr=on`), "
+              f"so the count repeats as the `GET` rows do. Until 2026-12-04 the preparation (about 24 billion "
+              f"instructions a process) was counted too, in the hope that it cancelled out between the two: the full "
+              f"runs of 2026-12-03 read 276,597 and 211,339, about a quarter of the count the handshake gives, and "
+              f"the inference drawn from them (a verification executing few more instructions than the floor, each "
+              f"slower) was wrong. A verification on the log store executes {ins:.2f}× the floor's user-space "
+              f"instructions, and its user-space host CPU under load at concurrency 32 (section 2's profile, the "
+              f"kernel's samples left out) is {cpu:.2f}× the floor's: {per:.2f}× as long per instruction, {why} "
+              f"(docs/decisions.md, \"A verification's instructions and its time\").\n")
         login = next((c for c in counts if c.get("method") == "POST"
                       and c.get("path") == "/api/auth/login"), None)
         argon_count = next((c for c in counts if c.get("method") == "verify"), None)
