@@ -22,7 +22,10 @@
 //! | `hk:…` | the housekeeping index (see [`crate::plumbing::housekeeping`]) |
 //! | `lk:{key}:{period}` | lock counters (see [`crate::plumbing::lock`]) |
 //!
-//! Records are JSON. A record that several requests may change at once is
+//! Records are JSON. The user record leaves out its empty lists and absent
+//! options (each is read back with its default, as every version since the
+//! first reads them), so a verification decodes and encodes fewer keys.
+//! A record that several requests may change at once is
 //! only ever changed with [`update`] and removed with [`remove`], which hold
 //! the record's lock (`increment`-based, so it works on every Spin
 //! backend): the read, the change and the write happen as one step, and a
@@ -46,32 +49,32 @@ pub struct UserRecord {
     pub two_factor_enabled: bool,
     pub created_ms: u64,
     pub updated_ms: u64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub methods: Vec<MethodRecord>,
     /// Session ids with their expiry, so expired ones can be pruned.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sessions: Vec<Ref>,
     /// Trusted-device ids with their expiry.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<Ref>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupSet>,
     /// The last TOTP time step accepted (replay protection).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub totp_last_step: Option<u64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_totp: Option<PendingTotp>,
     /// Outstanding SMS / e-mail codes (at most one per method and purpose).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub codes: Vec<OtpCode>,
     /// Ids of the user's API keys.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub api_keys: Vec<String>,
     /// Ids of the user's webhooks.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub webhooks: Vec<String>,
     /// The user's passkeys (see [`crate::api::webauthn`]).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub webauthn: Vec<WebauthnCredential>,
 }
 
@@ -122,13 +125,13 @@ pub struct MethodRecord {
     pub kind: String,
     pub enabled: bool,
     /// TOTP secret, base32 (TOTP only).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
     /// Phone number, E.164 (SMS only).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phone: Option<String>,
     /// Address (e-mail only).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub email: Option<String>,
     pub verified_ms: u64,
     pub created_ms: u64,
