@@ -23,7 +23,7 @@ use crate::api::devices;
 use crate::api::otp;
 use crate::api::sessions;
 use crate::api::totp;
-use crate::api::users::user_json;
+use crate::api::users::SignedIn;
 use crate::contract::error::{ApiError, RateInfo};
 use crate::crypto::codes;
 use crate::crypto::tokens::{Claims, Extra, TokenKind};
@@ -351,16 +351,12 @@ pub fn verified(
     name: Option<String>,
     detail: serde_json::Value,
 ) -> Outcome {
-    let mut data = json!({
-        "accessToken": tokens.access,
-        "refreshToken": tokens.refresh,
-        "user": user_json(user),
-    });
+    let mut data = SignedIn::of(tokens, user);
     if trust {
         // The session is issued already: a device that cannot be stored is
         // left out of the answer rather than failing it.
         match devices::trust(ctx, &user.id, name) {
-            Ok(t) => data["deviceToken"] = json!(t),
+            Ok(t) => data.device_token = Some(t),
             Err(e) => ctx.log(format!(
                 "trusted device for user {} not stored: {e:?}",
                 user.id
@@ -368,7 +364,7 @@ pub fn verified(
         }
     }
     ctx.audit_of(user, "2fa_verified", true, detail);
-    Outcome::Done(web::ok(200, data))
+    Outcome::Done(web::ok_with(200, &data))
 }
 
 /// `POST /2fa/verify-backup-code` (also `/2fa/verify-backup`); the code may
@@ -397,13 +393,11 @@ pub fn verify_backup(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         true,
         json!({ "remainingCodes": remaining }),
     );
-    Ok(Outcome::Done(web::ok(
+    Ok(Outcome::Done(web::ok_with(
         200,
-        json!({
-            "accessToken": tokens.access,
-            "refreshToken": tokens.refresh,
-            "remainingCodes": remaining,
-            "user": user_json(&user),
-        }),
+        &SignedIn {
+            remaining_codes: Some(remaining),
+            ..SignedIn::of(&tokens, &user)
+        },
     )))
 }

@@ -191,10 +191,66 @@ pub fn register(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     };
     let tokens = sessions::create(ctx, &user.id, false)?;
     ctx.audit_of(&user, "register", true, json!({}));
-    Ok(Outcome::Done(web::ok(
+    Ok(Outcome::Done(web::ok_with(
         201,
-        json!({ "user": user_json(&user), "accessToken": tokens.access, "refreshToken": tokens.refresh }),
+        &SignedIn::of(&tokens, &user),
     )))
+}
+
+/// [`user_json`] written straight from the record: the fields are declared
+/// in the sorted order serde_json gives a map's keys, so the bytes are the
+/// same as the tree's.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserView<'a> {
+    created_at: String,
+    email: &'a str,
+    id: &'a str,
+    two_factor_enabled: bool,
+    updated_at: String,
+    username: &'a str,
+}
+
+impl<'a> UserView<'a> {
+    pub fn of(u: &'a UserRecord) -> Self {
+        UserView {
+            created_at: iso8601(u.created_ms),
+            email: &u.email,
+            id: &u.id,
+            two_factor_enabled: u.two_factor_enabled,
+            updated_at: iso8601(u.updated_ms),
+            username: &u.username,
+        }
+    }
+}
+
+/// The data of an answer that signs a user in (register, login, the second
+/// step): the session's tokens, the user, and where they apply a trusted
+/// device's token and the backup codes left. Written without a JSON tree;
+/// fields in serde_json's sorted key order, as [`UserView`].
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignedIn<'a> {
+    pub access_token: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_token: Option<String>,
+    pub refresh_token: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining_codes: Option<usize>,
+    pub user: UserView<'a>,
+}
+
+impl<'a> SignedIn<'a> {
+    /// The tokens and the user, nothing else.
+    pub fn of(tokens: &'a sessions::Tokens, user: &'a UserRecord) -> Self {
+        SignedIn {
+            access_token: &tokens.access,
+            device_token: None,
+            refresh_token: &tokens.refresh,
+            remaining_codes: None,
+            user: UserView::of(user),
+        }
+    }
 }
 
 /// Finds a user by e-mail (when the identifier has an `@`) or username.
@@ -292,9 +348,9 @@ pub fn finish_login(
 ) -> Result<Outcome, ApiError> {
     let tokens = sessions::create_amr(ctx, &user.id, mfa, amr)?;
     ctx.audit_of(user, "login_success", true, details);
-    Ok(Outcome::Done(web::ok(
+    Ok(Outcome::Done(web::ok_with(
         200,
-        json!({ "user": user_json(user), "accessToken": tokens.access, "refreshToken": tokens.refresh }),
+        &SignedIn::of(&tokens, user),
     )))
 }
 
@@ -376,5 +432,52 @@ mod tests {
                 String::from_utf8(want).unwrap()
             );
         }
+    }
+
+    /// The answers that sign in write the bytes of the JSON trees they
+    /// were built as before: tokens and user, with a device token and the
+    /// backup codes left where they apply.
+    #[test]
+    fn signed_in_writes_the_bytes_of_the_json_tree() {
+        let user: UserRecord = serde_json::from_value(json!({
+            "id": "0f8fad5b-d9cb-469f-a165-70867728950e",
+            "email": "a.b+c@example.com",
+            "username": "Zoë \"quoted\" \\ name",
+            "passwordHash": "$argon2id$…",
+            "twoFactorEnabled": true,
+            "createdMs": 1_700_000_000_123u64,
+            "updatedMs": 1_764_000_000_999u64,
+        }))
+        .unwrap();
+        let tokens = sessions::Tokens {
+            access: "eyJ.access.sig".into(),
+            refresh: "eyJ.refresh.sig".into(),
+        };
+        let tree = || json!({ "user": user_json(&user), "accessToken": tokens.access, "refreshToken": tokens.refresh });
+        let same = |data: &SignedIn, tree: Value| {
+            assert_eq!(
+                String::from_utf8(web::ok_with(200, data).body).unwrap(),
+                String::from_utf8(web::ok(200, tree).body).unwrap()
+            );
+        };
+        same(&SignedIn::of(&tokens, &user), tree());
+        let mut with_device = tree();
+        with_device["deviceToken"] = json!("dev.token");
+        same(
+            &SignedIn {
+                device_token: Some("dev.token".into()),
+                ..SignedIn::of(&tokens, &user)
+            },
+            with_device,
+        );
+        let mut with_codes = tree();
+        with_codes["remainingCodes"] = json!(7);
+        same(
+            &SignedIn {
+                remaining_codes: Some(7),
+                ..SignedIn::of(&tokens, &user)
+            },
+            with_codes,
+        );
     }
 }
