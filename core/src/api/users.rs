@@ -24,18 +24,6 @@ use crate::plumbing::web;
 /// Longest accepted e-mail address.
 pub const MAX_EMAIL_LEN: usize = 254;
 
-/// The public view of a user.
-pub fn user_json(u: &UserRecord) -> Value {
-    json!({
-        "id": u.id,
-        "email": u.email,
-        "username": u.username,
-        "twoFactorEnabled": u.two_factor_enabled,
-        "createdAt": iso8601(u.created_ms),
-        "updatedAt": iso8601(u.updated_ms),
-    })
-}
-
 /// A syntactically valid, ASCII e-mail address (lower-cased), or the
 /// validation error naming `field`.
 pub fn normalize_email(input: &str, field: &str) -> Result<String, ApiError> {
@@ -197,9 +185,11 @@ pub fn register(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     )))
 }
 
-/// [`user_json`] written straight from the record: the fields are declared
-/// in the sorted order serde_json gives a map's keys, so the bytes are the
-/// same as the tree's.
+/// The public view of a user (`id`, `email`, `username`,
+/// `twoFactorEnabled`, `createdAt`, `updatedAt`), written straight from the
+/// record: the fields are declared in the sorted order serde_json gives a
+/// map's keys, so the bytes are those of the JSON tree the answers were
+/// built as before (the tests keep that tree, `user_json`, to compare).
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UserView<'a> {
@@ -354,11 +344,12 @@ pub fn finish_login(
     )))
 }
 
-/// `GET /auth/me`'s data: [`user_json`] and the kinds of the user's second
-/// factors (`methods`). Serialized straight from the record, without a
-/// JSON tree built and dropped (this is the API's most frequent read); the
-/// fields are declared in the sorted order serde_json gives a map's keys,
-/// so the bytes are those of `user_json` with `methods` added.
+/// `GET /auth/me`'s data: [`UserView`]'s fields and the kinds of the user's
+/// second factors (`methods`). Serialized straight from the record, without
+/// a JSON tree built and dropped (this is the API's most frequent read);
+/// the fields are declared in the sorted order serde_json gives a map's
+/// keys, so `methods` falls between them and the struct repeats
+/// `UserView`'s fields instead of embedding it.
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct MeView<'a> {
@@ -396,6 +387,20 @@ pub fn me(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
 mod tests {
     use super::*;
     use crate::plumbing::records::MethodRecord;
+
+    /// The public view of a user as the JSON tree the answers were built
+    /// as until they were written from the record: what [`UserView`] and
+    /// [`MeView`] must give byte for byte.
+    fn user_json(u: &UserRecord) -> Value {
+        json!({
+            "id": u.id,
+            "email": u.email,
+            "username": u.username,
+            "twoFactorEnabled": u.two_factor_enabled,
+            "createdAt": iso8601(u.created_ms),
+            "updatedAt": iso8601(u.updated_ms),
+        })
+    }
 
     /// `GET /auth/me`'s bytes are what the JSON tree of `user_json` plus
     /// `methods` gave before it was written directly.
