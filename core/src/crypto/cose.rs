@@ -87,7 +87,10 @@ impl PublicKey {
                 .is_ok_and(|sig| key.verify_strict(message, &sig).is_ok()),
             PublicKey::Rs256(key) => {
                 use rsa::signature::Verifier;
-                let verifier = rsa::pkcs1v15::VerifyingKey::<sha2::Sha256>::new((**key).clone());
+                // rsa 0.9's own sha2 (0.10): its verifier takes that
+                // version's `Digest`, not the workspace's sha2 0.11.
+                let verifier =
+                    rsa::pkcs1v15::VerifyingKey::<rsa::sha2::Sha256>::new((**key).clone());
                 rsa::pkcs1v15::Signature::try_from(signature)
                     .is_ok_and(|sig| verifier.verify(message, &sig).is_ok())
             }

@@ -12,6 +12,7 @@
 //! It depends on `hmac` and `sha2` only, and not on the `service` feature:
 //! the browser package compiles it alone for `wasm32-unknown-unknown`.
 
+use hmac::digest::KeyInit;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
@@ -26,7 +27,7 @@ const TAG_LEN: usize = 32;
 /// keys are hashed first, as RFC 2104 says), so construction cannot fail.
 fn mac(key: &[u8]) -> Hmac<Sha256> {
     // `Hmac::new_from_slice` accepts every key length: it never returns `Err`.
-    <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC accepts keys of any length")
+    <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC accepts keys of any length")
 }
 
 /// HMAC-SHA-256.
