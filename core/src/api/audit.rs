@@ -11,6 +11,7 @@ use crate::contract::error::ApiError;
 use crate::contract::ports::Env;
 use crate::plumbing::context::{Ctx, Outcome};
 use crate::plumbing::ratelimit;
+use crate::plumbing::util::{self, Decimal};
 use crate::plumbing::web;
 
 /// Every action name the service records.
@@ -46,8 +47,9 @@ pub use crate::contract::outbox::AuditRecord;
 /// Writes `record` to the store.
 pub fn persist(env: &mut Env, record: &AuditRecord) -> Result<(), ApiError> {
     let owner = record.user_id.as_deref().unwrap_or("-");
-    let n = env.store.increment(&format!("auditn:{owner}"), 1)?;
-    crate::plumbing::records::save(env.store, &format!("audit:{owner}:{n}"), record)
+    let n = env.store.increment(&util::key(&["auditn:", owner]), 1)?;
+    let key = util::key(&["audit:", owner, ":", Decimal::of_signed(n).as_str()]);
+    crate::plumbing::records::save(env.store, &key, record)
 }
 
 /// Default and largest page of `GET /audit-log`.

@@ -76,7 +76,7 @@ pub fn issue_temp(ctx: &mut Ctx, user_id: &str) -> Result<String, ApiError> {
 /// The counter of the temp token `jti`: attempts, plus [`EXCHANGED`] once
 /// it is exchanged.
 fn counter_key(jti: &str) -> String {
-    format!("tt:{jti}")
+    util::key(&["tt:", jti])
 }
 
 /// A temp token that verifies, has attempts left and has not been
@@ -106,7 +106,7 @@ fn verified_temp(ctx: &mut Ctx, token: &str) -> Result<(Claims, String), ApiErro
 /// the temp token `jti` was exchanged already: a used token is refused as
 /// that, whatever the account's state.
 fn check_lock(ctx: &mut Ctx, user_id: &str, jti: &str) -> Result<(), ApiError> {
-    let lock: Option<Lock> = records::load(ctx.env.store, &format!("mfalock:{user_id}"))?;
+    let lock: Option<Lock> = records::load(ctx.env.store, &util::key(&["mfalock:", user_id]))?;
     match lock {
         Some(l) if l.exp_ms > ctx.env.now_ms => {
             // Only a locked account pays for this read.
@@ -132,10 +132,10 @@ pub(crate) fn record_failure(ctx: &mut Ctx, user_id: &str, method: &str) -> Resu
         false,
         json!({ "method": method }),
     );
-    let key = format!("mfafail:{user_id}");
+    let key = util::key(&["mfafail:", user_id]);
     if ctx.env.store.increment(&key, 1)? >= LOCK_AFTER {
         let exp_ms = ctx.now_ms().saturating_add(LOCK_MS);
-        let lock_key = format!("mfalock:{user_id}");
+        let lock_key = util::key(&["mfalock:", user_id]);
         records::save(ctx.env.store, &lock_key, &Lock { exp_ms })?;
         ctx.expire(Expiry::record(&lock_key, exp_ms));
         ctx.env.store.delete(&key)?;
@@ -160,7 +160,7 @@ pub(crate) fn begin(ctx: &mut Ctx, token: &str) -> Result<(Claims, Kept<UserReco
     if ctx.env.store.increment(&counter_key(&jti), 1)? > TEMP_ATTEMPTS {
         return Err(ApiError::InvalidTempToken);
     }
-    let user = records::load_kept(ctx.env.store, &format!("user:{}", claims.sub))?
+    let user = records::load_kept(ctx.env.store, &util::key(&["user:", &claims.sub]))?
         .ok_or(ApiError::InvalidTempToken)?;
     Ok((claims, user))
 }
@@ -223,7 +223,7 @@ pub(crate) fn exchange(
     let now = ctx.now_ms();
     let linked = records::update_kept(
         ctx.env,
-        &format!("user:{}", claims.sub),
+        &util::key(&["user:", &claims.sub]),
         user,
         |u: &mut UserRecord| {
             let left = match &spend {
@@ -291,7 +291,7 @@ pub(crate) fn exchange(
     if ctx
         .env
         .store
-        .delete(&format!("mfafail:{}", claims.sub))
+        .delete(&util::key(&["mfafail:", &claims.sub]))
         .is_err()
     {
         ctx.log(format!(

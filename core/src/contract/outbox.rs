@@ -149,7 +149,7 @@ impl Expiry {
     /// The counter at `key`, deleted after `exp_ms`.
     pub fn counter(key: &str, exp_ms: u64) -> Self {
         Expiry {
-            entry: format!("c|{key}"),
+            entry: ["c|", key].concat(),
             exp_ms,
         }
     }
@@ -158,7 +158,7 @@ impl Expiry {
     /// that field is in the past.
     pub fn record(key: &str, exp_ms: u64) -> Self {
         Expiry {
-            entry: format!("r|{key}"),
+            entry: ["r|", key].concat(),
             exp_ms,
         }
     }

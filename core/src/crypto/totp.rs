@@ -127,6 +127,10 @@ pub fn code_at_step(secret: &[u8], step: u64, alg: TotpAlgorithm, digits: u32) -
         TotpAlgorithm::Sha256 => totp_custom::<Sha256>(1, significant, secret, step),
         TotpAlgorithm::Sha512 => totp_custom::<Sha512>(1, significant, secret, step),
     };
+    if digits == significant {
+        // totp-lite pads to the digits it was asked for already.
+        return code;
+    }
     format!("{code:0>width$}", width = digits as usize)
 }
 

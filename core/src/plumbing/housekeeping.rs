@@ -45,6 +45,7 @@ use crate::contract::error::ApiError;
 pub use crate::contract::outbox::Expiry;
 use crate::contract::ports::Env;
 use crate::plumbing::records;
+use crate::plumbing::util::{self, Decimal};
 
 /// Bucket length.
 pub const BUCKET_MS: u64 = 5 * 60 * 1000;
@@ -60,9 +61,10 @@ fn bucket_after(exp_ms: u64) -> u64 {
 /// bucket's counter, one write of the entry.
 pub fn schedule(env: &mut Env, expiry: &Expiry) -> Result<(), ApiError> {
     let b = bucket_after(expiry.exp_ms());
-    let n = env.store.increment(&format!("hk:n:{b}"), 1)?;
-    env.store
-        .set(&format!("hk:e:{b}:{n}"), expiry.entry().as_bytes())?;
+    let b = Decimal::of(b);
+    let n = env.store.increment(&util::key(&["hk:n:", b.as_str()]), 1)?;
+    let entry_key = util::key(&["hk:e:", b.as_str(), ":", Decimal::of_signed(n).as_str()]);
+    env.store.set(&entry_key, expiry.entry().as_bytes())?;
     Ok(())
 }
 

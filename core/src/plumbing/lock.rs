@@ -46,6 +46,7 @@
 
 use crate::contract::error::ApiError;
 use crate::contract::ports::Store;
+use crate::plumbing::util;
 
 /// Length of a lease period. A locked section must end within half of this
 /// (10 s) of the holder's `now_ms`; a dead holder blocks the key for at most
@@ -64,7 +65,7 @@ pub struct Held {
 }
 
 fn lock_key(name: &str, period: u64) -> String {
-    format!("lk:{name}:{period}")
+    util::key(&["lk:", name, ":", util::Decimal::of(period).as_str()])
 }
 
 /// The key a caller at `now_ms` takes, and the one neighbouring key it
