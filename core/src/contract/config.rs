@@ -201,7 +201,7 @@ impl Settings {
 
     /// The slot of `name` (the specification's spelling) in
     /// [`SETTING_NAMES`], if it names a setting. A `const fn`, so that
-    /// [`slot!`] resolves a name at compile time.
+    /// the `slot!` macro below resolves a name at compile time.
     pub const fn slot(name: &str) -> Option<usize> {
         let b = name.as_bytes();
         let mut i = 0;
