@@ -112,7 +112,7 @@ pub fn authenticate(ctx: &mut Ctx, secret: &str, scope: &'static str) -> Result<
     if !record.scopes.iter().any(|s| s == "*" || s == scope) {
         return Err(ApiError::InsufficientScope(scope));
     }
-    let user: UserRecord = records::load(ctx.env.store, &format!("user:{}", record.user_id))?
+    let user: UserRecord = records::load(ctx.env.store, &records::user_key(&record.user_id))?
         .ok_or(ApiError::InvalidToken)?;
     if record
         .last_used_ms
@@ -211,7 +211,7 @@ pub fn create(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         .set(&format!("apikeyp:{}", record.prefix), record.id.as_bytes())?;
     records::update(
         ctx.env,
-        &format!("user:{}", user.id),
+        &records::user_key(&user.id),
         |u: &mut UserRecord| {
             if u.api_keys.len() >= MAX_KEYS_PER_USER {
                 return Err(ApiError::validation(format!(
@@ -265,7 +265,7 @@ pub fn revoke(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
     records::remove(ctx.env, &key(id))?;
     records::update(
         ctx.env,
-        &format!("user:{}", user.id),
+        &records::user_key(&user.id),
         |u: &mut UserRecord| {
             u.api_keys.retain(|x| x != id);
             Ok(())

@@ -44,12 +44,21 @@ pub const ACTIONS: &[&str] = &[
 
 pub use crate::contract::outbox::AuditRecord;
 
+/// The sequence counter of `owner`'s audit records, `auditn:{owner}`.
+fn count_key(owner: &str) -> String {
+    util::key(&["auditn:", owner])
+}
+
+/// The key of `owner`'s audit record number `n`, `audit:{owner}:{n}`.
+fn record_key(owner: &str, n: Decimal) -> String {
+    util::key(&["audit:", owner, ":", n.as_str()])
+}
+
 /// Writes `record` to the store.
 pub fn persist(env: &mut Env, record: &AuditRecord) -> Result<(), ApiError> {
     let owner = record.user_id.as_deref().unwrap_or("-");
-    let n = env.store.increment(&util::key(&["auditn:", owner]), 1)?;
-    let key = util::key(&["audit:", owner, ":", Decimal::of_signed(n).as_str()]);
-    crate::plumbing::records::save(env.store, &key, record)
+    let n = env.store.increment(&count_key(owner), 1)?;
+    crate::plumbing::records::save(env.store, &record_key(owner, Decimal::of_signed(n)), record)
 }
 
 /// Default and largest page of `GET /audit-log`.
@@ -85,7 +94,7 @@ pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let newest = ctx
         .env
         .store
-        .increment(&format!("auditn:{}", auth.user.id), 0)?
+        .increment(&count_key(&auth.user.id), 0)?
         .max(0) as u64;
     let start = match single_query(ctx, "cursor")? {
         None => newest,
@@ -98,7 +107,7 @@ pub fn list(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let end = start.saturating_sub(limit);
     let keys: Vec<String> = (end + 1..=start)
         .rev()
-        .map(|n| format!("audit:{}:{n}", auth.user.id))
+        .map(|n| record_key(&auth.user.id, Decimal::of(n)))
         .collect();
     let events: Vec<serde_json::Value> =
         crate::plumbing::records::load_each::<AuditRecord>(ctx.env.store, &keys)?

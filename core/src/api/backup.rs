@@ -96,7 +96,7 @@ pub fn generate(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let now = ctx.now_ms();
     records::update(
         ctx.env,
-        &format!("user:{}", auth.user.id),
+        &records::user_key(&auth.user.id),
         |u: &mut UserRecord| {
             if !u.two_factor_enabled {
                 return Err(ApiError::NoMethod);

@@ -84,15 +84,19 @@ pub fn trust(ctx: &mut Ctx, user_id: &str, name: Option<String>) -> Result<Strin
     };
     records::save(ctx.env.store, &key(&device.id), &device)?;
     ctx.expire(Expiry::record(&key(&device.id), exp_ms));
-    let over = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
-        u.prune(now);
-        u.devices.push(Ref {
-            id: device.id.clone(),
-            exp_ms,
-        });
-        let over = u.devices.len().saturating_sub(MAX_DEVICES);
-        Ok(u.devices[..over].to_vec())
-    })?
+    let over = records::update(
+        ctx.env,
+        &records::user_key(user_id),
+        |u: &mut UserRecord| {
+            u.prune(now);
+            u.devices.push(Ref {
+                id: device.id.clone(),
+                exp_ms,
+            });
+            let over = u.devices.len().saturating_sub(MAX_DEVICES);
+            Ok(u.devices[..over].to_vec())
+        },
+    )?
     .unwrap_or_default();
     ctx.audit(
         Some(user_id),
@@ -194,7 +198,7 @@ pub fn delete(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
     let now = ctx.now_ms();
     records::update(
         ctx.env,
-        &format!("user:{}", auth.user.id),
+        &records::user_key(&auth.user.id),
         |u: &mut UserRecord| {
             u.prune(now);
             u.devices.retain(|r| r.id != id);
@@ -221,7 +225,7 @@ pub fn delete_all(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let now = ctx.now_ms();
     let refs = records::update(
         ctx.env,
-        &format!("user:{}", auth.user.id),
+        &records::user_key(&auth.user.id),
         |u: &mut UserRecord| {
             u.prune(now);
             Ok(std::mem::take(&mut u.devices))

@@ -59,7 +59,7 @@ pub fn delete(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
     let now = ctx.now_ms();
     let (kind, removed) = records::update(
         ctx.env,
-        &format!("user:{}", auth.user.id),
+        &records::user_key(&auth.user.id),
         |u: &mut UserRecord| {
             let m = u
                 .methods

@@ -79,6 +79,16 @@ fn counter_key(jti: &str) -> String {
     util::key(&["tt:", jti])
 }
 
+/// The second-factor failure counter of `user_id`.
+fn fail_key(user_id: &str) -> String {
+    util::key(&["mfafail:", user_id])
+}
+
+/// The second-factor lock record of `user_id`.
+fn lock_key(user_id: &str) -> String {
+    util::key(&["mfalock:", user_id])
+}
+
 /// A temp token that verifies, has attempts left and has not been
 /// exchanged; else `InvalidTempToken`.
 pub fn temp_claims(ctx: &mut Ctx, token: &str) -> Result<Claims, ApiError> {
@@ -106,7 +116,7 @@ fn verified_temp(ctx: &mut Ctx, token: &str) -> Result<(Claims, String), ApiErro
 /// the temp token `jti` was exchanged already: a used token is refused as
 /// that, whatever the account's state.
 fn check_lock(ctx: &mut Ctx, user_id: &str, jti: &str) -> Result<(), ApiError> {
-    let lock: Option<Lock> = records::load(ctx.env.store, &util::key(&["mfalock:", user_id]))?;
+    let lock: Option<Lock> = records::load(ctx.env.store, &lock_key(user_id))?;
     match lock {
         Some(l) if l.exp_ms > ctx.env.now_ms => {
             // Only a locked account pays for this read.
@@ -132,12 +142,12 @@ pub(crate) fn record_failure(ctx: &mut Ctx, user_id: &str, method: &str) -> Resu
         false,
         json!({ "method": method }),
     );
-    let key = util::key(&["mfafail:", user_id]);
+    let key = fail_key(user_id);
     if ctx.env.store.increment(&key, 1)? >= LOCK_AFTER {
         let exp_ms = ctx.now_ms().saturating_add(LOCK_MS);
-        let lock_key = util::key(&["mfalock:", user_id]);
-        records::save(ctx.env.store, &lock_key, &Lock { exp_ms })?;
-        ctx.expire(Expiry::record(&lock_key, exp_ms));
+        let lock = lock_key(user_id);
+        records::save(ctx.env.store, &lock, &Lock { exp_ms })?;
+        ctx.expire(Expiry::record(&lock, exp_ms));
         ctx.env.store.delete(&key)?;
         ctx.log(format!(
             "second factor locked for user {user_id} after {LOCK_AFTER} failures"
@@ -160,7 +170,7 @@ pub(crate) fn begin(ctx: &mut Ctx, token: &str) -> Result<(Claims, Kept<UserReco
     if ctx.env.store.increment(&counter_key(&jti), 1)? > TEMP_ATTEMPTS {
         return Err(ApiError::InvalidTempToken);
     }
-    let user = records::load_kept(ctx.env.store, &util::key(&["user:", &claims.sub]))?
+    let user = records::load_kept(ctx.env.store, &records::user_key(&claims.sub))?
         .ok_or(ApiError::InvalidTempToken)?;
     Ok((claims, user))
 }
@@ -223,7 +233,7 @@ pub(crate) fn exchange(
     let now = ctx.now_ms();
     let linked = records::update_kept(
         ctx.env,
-        &util::key(&["user:", &claims.sub]),
+        &records::user_key(&claims.sub),
         user,
         |u: &mut UserRecord| {
             let left = match &spend {
@@ -288,12 +298,7 @@ pub(crate) fn exchange(
     };
     // The session is issued: from here on nothing may turn this into an
     // error, or the client would lose a session its code has paid for.
-    if ctx
-        .env
-        .store
-        .delete(&util::key(&["mfafail:", &claims.sub]))
-        .is_err()
-    {
+    if ctx.env.store.delete(&fail_key(&claims.sub)).is_err() {
         ctx.log(format!(
             "failure counter of user {} not reset (store unavailable)",
             claims.sub

@@ -219,18 +219,22 @@ fn send(
             .ok_or(ApiError::Internal)?,
         attempts: 0,
     };
-    let previous = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
-        u.prune(now);
-        let previous = u
-            .codes
-            .iter()
-            .find(|c| c.method == channel.name() && c.purpose == purpose)
-            .cloned();
-        u.codes
-            .retain(|c| !(c.method == channel.name() && c.purpose == purpose));
-        u.codes.push(entry.clone());
-        Ok(previous)
-    })?
+    let previous = records::update(
+        ctx.env,
+        &records::user_key(user_id),
+        |u: &mut UserRecord| {
+            u.prune(now);
+            let previous = u
+                .codes
+                .iter()
+                .find(|c| c.method == channel.name() && c.purpose == purpose)
+                .cloned();
+            u.codes
+                .retain(|c| !(c.method == channel.name() && c.purpose == purpose));
+            u.codes.push(entry.clone());
+            Ok(previous)
+        },
+    )?
     .ok_or(ApiError::InvalidToken)?;
     let d = delivery(ctx.config, channel, target, &code).ok_or(match channel {
         Channel::Sms => ApiError::SmsNotConfigured,
@@ -288,7 +292,7 @@ fn finish_send(
             let now = ctx.now_ms();
             records::update(
                 ctx.env,
-                &format!("user:{}", p.user_id),
+                &records::user_key(&p.user_id),
                 |u: &mut UserRecord| {
                     let before = u.codes.len();
                     u.codes.retain(|c| c.hash != p.hash);
@@ -368,37 +372,41 @@ fn check(
         .map(|c| Ok((c.name(), code_hash(ctx, user_id, c, code)?)))
         .collect::<Result<Vec<_>, ApiError>>()?;
     let now = ctx.now_ms();
-    let out = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
-        u.prune(now);
-        let mut matched = None;
-        let mut tried = false;
-        for (i, c) in u.codes.iter_mut().enumerate() {
-            if c.purpose != purpose || only.is_some_and(|o| o.name() != c.method) {
-                continue;
+    let out = records::update(
+        ctx.env,
+        &records::user_key(user_id),
+        |u: &mut UserRecord| {
+            u.prune(now);
+            let mut matched = None;
+            let mut tried = false;
+            for (i, c) in u.codes.iter_mut().enumerate() {
+                if c.purpose != purpose || only.is_some_and(|o| o.name() != c.method) {
+                    continue;
+                }
+                tried = true;
+                let expected = hashes
+                    .iter()
+                    .find(|(m, _)| *m == c.method)
+                    .map(|(_, h)| h.as_str());
+                let ok = expected.is_some_and(|h| codes::ct_eq(h.as_bytes(), c.hash.as_bytes()));
+                if ok && c.attempts < MAX_ATTEMPTS && matched.is_none() {
+                    matched = Some(i);
+                } else {
+                    c.attempts = c.attempts.saturating_add(1);
+                }
             }
-            tried = true;
-            let expected = hashes
-                .iter()
-                .find(|(m, _)| *m == c.method)
-                .map(|(_, h)| h.as_str());
-            let ok = expected.is_some_and(|h| codes::ct_eq(h.as_bytes(), c.hash.as_bytes()));
-            if ok && c.attempts < MAX_ATTEMPTS && matched.is_none() {
-                matched = Some(i);
-            } else {
-                c.attempts = c.attempts.saturating_add(1);
+            if let Some(i) = matched {
+                let c = if spend {
+                    u.codes.remove(i)
+                } else {
+                    u.codes[i].clone()
+                };
+                return Ok(Check::Matched(c));
             }
-        }
-        if let Some(i) = matched {
-            let c = if spend {
-                u.codes.remove(i)
-            } else {
-                u.codes[i].clone()
-            };
-            return Ok(Check::Matched(c));
-        }
-        u.codes.retain(|c| c.attempts < MAX_ATTEMPTS);
-        Ok(if tried { Check::Wrong } else { Check::Missing })
-    })?;
+            u.codes.retain(|c| c.attempts < MAX_ATTEMPTS);
+            Ok(if tried { Check::Wrong } else { Check::Missing })
+        },
+    )?;
     Ok(out.unwrap_or(Check::Missing))
 }
 
@@ -433,7 +441,7 @@ pub fn verify_setup(ctx: &mut Ctx, channel: Channel) -> Result<Outcome, ApiError
     let id = ctx.uuid();
     records::update(
         ctx.env,
-        &format!("user:{}", auth.user.id),
+        &records::user_key(&auth.user.id),
         |u: &mut UserRecord| {
             u.methods.retain(|m| m.kind != channel.name());
             u.methods.push(MethodRecord {
@@ -472,7 +480,7 @@ pub fn send_code(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let channel = Channel::parse(&method)
         .ok_or_else(|| ApiError::validation("method must be sms or email"))?;
     let claims = mfa::temp_claims(ctx, &token)?;
-    let user: UserRecord = records::load(ctx.env.store, &format!("user:{}", claims.sub))?
+    let user: UserRecord = records::load(ctx.env.store, &records::user_key(&claims.sub))?
         .ok_or(ApiError::InvalidTempToken)?;
     let target = match user.method(channel.name()) {
         Some(m) => match channel {

@@ -72,12 +72,6 @@ fn key(sid: &str) -> String {
     util::key(&["sess:", sid])
 }
 
-/// The key of a user's record ([`util::key`], not `format!`: see
-/// [`util::Decimal`]).
-fn user_key(user_id: &str) -> String {
-    util::key(&["user:", user_id])
-}
-
 const REFRESH_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// Live sessions one user may hold. Linking one more ends the oldest
@@ -108,9 +102,11 @@ pub fn create_amr(
     let keys = ctx.keys()?;
     let record = prepare_amr(ctx, user_id, mfa, amr)?;
     let now = ctx.now_ms();
-    let linked = records::update(ctx.env, &user_key(user_id), |u: &mut UserRecord| {
-        Ok(link(u, &record, now))
-    })?;
+    let linked = records::update(
+        ctx.env,
+        &records::user_key(user_id),
+        |u: &mut UserRecord| Ok(link(u, &record, now)),
+    )?;
     let Some(over) = linked else {
         ctx.env.store.delete(&key(&record.id))?;
         return Err(ApiError::InvalidToken);
@@ -233,11 +229,15 @@ pub(crate) fn end_linked(
         return ended;
     }
     let now = ctx.now_ms();
-    let unlinked = records::update(ctx.env, &user_key(user_id), |u: &mut UserRecord| {
-        u.prune(now);
-        list(u).retain(|r| !ended.contains(&r.id));
-        Ok(())
-    });
+    let unlinked = records::update(
+        ctx.env,
+        &records::user_key(user_id),
+        |u: &mut UserRecord| {
+            u.prune(now);
+            list(u).retain(|r| !ended.contains(&r.id));
+            Ok(())
+        },
+    );
     if unlinked.is_err() {
         ctx.log(format!(
             "ended {noun}s of user {user_id} still listed (store unavailable)"
@@ -318,8 +318,8 @@ pub fn authenticate(ctx: &mut Ctx, access: Access) -> Result<Auth, ApiError> {
     let session = load(ctx, &sid)?
         .filter(|s| s.user_id == claims.sub)
         .ok_or(ApiError::InvalidToken)?;
-    let user: UserRecord =
-        records::load(ctx.env.store, &user_key(&claims.sub))?.ok_or(ApiError::InvalidToken)?;
+    let user: UserRecord = records::load(ctx.env.store, &records::user_key(&claims.sub))?
+        .ok_or(ApiError::InvalidToken)?;
     let now = ctx.now_ms();
     let session = if now.saturating_sub(session.last_used_ms) >= 60_000 {
         records::update(ctx.env, &key(&sid), |s: &mut SessionRecord| {
@@ -349,11 +349,15 @@ pub fn authenticate_session(ctx: &mut Ctx) -> Result<(UserRecord, SessionRecord)
 pub fn end(ctx: &mut Ctx, user_id: &str, sid: &str) -> Result<(), ApiError> {
     records::remove(ctx.env, &key(sid))?;
     let now = ctx.now_ms();
-    records::update(ctx.env, &user_key(user_id), |u: &mut UserRecord| {
-        u.prune(now);
-        u.sessions.retain(|r| r.id != sid);
-        Ok(())
-    })?;
+    records::update(
+        ctx.env,
+        &records::user_key(user_id),
+        |u: &mut UserRecord| {
+            u.prune(now);
+            u.sessions.retain(|r| r.id != sid);
+            Ok(())
+        },
+    )?;
     Ok(())
 }
 
@@ -400,12 +404,16 @@ pub fn refresh(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     // response, failed or not) and extending the user's reference first is
     // harmless if the rotation then does not happen.
     ctx.expire(Expiry::record(&key(&sid), exp_ms));
-    records::update(ctx.env, &user_key(&claims.sub), |u: &mut UserRecord| {
-        for r in u.sessions.iter_mut().filter(|r| r.id == sid) {
-            r.exp_ms = r.exp_ms.max(exp_ms);
-        }
-        Ok(())
-    })?;
+    records::update(
+        ctx.env,
+        &records::user_key(&claims.sub),
+        |u: &mut UserRecord| {
+            for r in u.sessions.iter_mut().filter(|r| r.id == sid) {
+                r.exp_ms = r.exp_ms.max(exp_ms);
+            }
+            Ok(())
+        },
+    )?;
     let rotated = records::update(ctx.env, &key(&sid), |s: &mut SessionRecord| {
         if !crate::crypto::codes::ct_eq(s.jti.as_bytes(), presented.as_bytes()) {
             return Ok(None);
@@ -470,10 +478,14 @@ pub fn logout(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
 /// Ends every session of `user_id`; returns how many there were.
 pub fn end_all(ctx: &mut Ctx, user_id: &str) -> Result<usize, ApiError> {
     let now = ctx.now_ms();
-    let sids = records::update(ctx.env, &user_key(user_id), |u: &mut UserRecord| {
-        u.prune(now);
-        Ok(std::mem::take(&mut u.sessions))
-    })?
+    let sids = records::update(
+        ctx.env,
+        &records::user_key(user_id),
+        |u: &mut UserRecord| {
+            u.prune(now);
+            Ok(std::mem::take(&mut u.sessions))
+        },
+    )?
     .unwrap_or_default();
     for r in &sids {
         records::remove(ctx.env, &key(&r.id))?;

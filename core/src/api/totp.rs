@@ -34,7 +34,7 @@ pub fn setup(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     };
     records::update(
         ctx.env,
-        &format!("user:{}", auth.user.id),
+        &records::user_key(&auth.user.id),
         |u: &mut UserRecord| {
             u.prune(now);
             u.pending_totp = Some(pending.clone());
@@ -71,7 +71,7 @@ pub fn verify_setup(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let method_id = ctx.uuid();
     let result = records::update(
         ctx.env,
-        &format!("user:{}", auth.user.id),
+        &records::user_key(&auth.user.id),
         |u: &mut UserRecord| {
             u.prune(now);
             let pending = u.pending_totp.clone().ok_or(ApiError::SetupNotInitiated)?;
@@ -131,7 +131,7 @@ pub fn delete(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let now = ctx.now_ms();
     let still_enabled = records::update(
         ctx.env,
-        &format!("user:{}", auth.user.id),
+        &records::user_key(&auth.user.id),
         |u: &mut UserRecord| {
             if u.method("totp").is_none() {
                 return Err(ApiError::NotFound);

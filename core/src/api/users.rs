@@ -161,7 +161,7 @@ pub fn register(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
             webhooks: vec![],
             webauthn: vec![],
         };
-        records::save(ctx.env.store, &format!("user:{}", user.id), &user)?;
+        records::save(ctx.env.store, &records::user_key(&user.id), &user)?;
         ctx.env
             .store
             .set(&format!("email:{email}"), user.id.as_bytes())?;
@@ -258,7 +258,7 @@ pub fn find(ctx: &mut Ctx, identifier: &str) -> Result<Option<UserRecord>, ApiEr
         return Ok(None);
     };
     let id = String::from_utf8(id).map_err(|_| ApiError::Internal)?;
-    records::load(ctx.env.store, &format!("user:{id}"))
+    records::load(ctx.env.store, &records::user_key(&id))
 }
 
 /// `POST /auth/login`.

@@ -291,23 +291,27 @@ pub fn register_verify(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         None
     };
     let method_id = ctx.uuid();
-    let result = records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
-        if u.webauthn.len() >= MAX_CREDENTIALS {
-            return Err(ApiError::validation(format!(
-                "at most {MAX_CREDENTIALS} passkeys per user"
-            )));
-        }
-        let was_on = u.two_factor_enabled;
-        u.webauthn.push(stored.clone());
-        sync_method(u, &method_id, now);
-        if !was_on {
-            if let Some((_, hashes)) = &fresh_codes {
-                u.backup = Some(backup::set_of(hashes.clone()));
+    let result = records::update(
+        ctx.env,
+        &records::user_key(&user_id),
+        |u: &mut UserRecord| {
+            if u.webauthn.len() >= MAX_CREDENTIALS {
+                return Err(ApiError::validation(format!(
+                    "at most {MAX_CREDENTIALS} passkeys per user"
+                )));
             }
-        }
-        u.updated_ms = now;
-        Ok(was_on)
-    });
+            let was_on = u.two_factor_enabled;
+            u.webauthn.push(stored.clone());
+            sync_method(u, &method_id, now);
+            if !was_on {
+                if let Some((_, hashes)) = &fresh_codes {
+                    u.backup = Some(backup::set_of(hashes.clone()));
+                }
+            }
+            u.updated_ms = now;
+            Ok(was_on)
+        },
+    );
     let was_on = match result {
         Ok(Some(was_on)) => was_on,
         Ok(None) => {
@@ -360,7 +364,7 @@ pub fn rename(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
     let now = ctx.now_ms();
     let renamed = records::update(
         ctx.env,
-        &format!("user:{}", auth.user.id),
+        &records::user_key(&auth.user.id),
         |u: &mut UserRecord| {
             let c = u
                 .webauthn
@@ -391,7 +395,7 @@ pub fn delete(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
     let now = ctx.now_ms();
     let (removed, still_enabled) = records::update(
         ctx.env,
-        &format!("user:{}", auth.user.id),
+        &records::user_key(&auth.user.id),
         |u: &mut UserRecord| {
             let pos = u
                 .webauthn
@@ -472,7 +476,7 @@ pub fn login_options(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     let body = web::parse_body(ctx.req)?;
     let token = web::req_str(&body, "tempToken")?;
     let claims = crate::api::mfa::temp_claims(ctx, &token)?;
-    let user: UserRecord = records::load(ctx.env.store, &format!("user:{}", claims.sub))?
+    let user: UserRecord = records::load(ctx.env.store, &records::user_key(&claims.sub))?
         .ok_or(ApiError::InvalidTempToken)?;
     if user.webauthn.is_empty() {
         return Err(ApiError::NoMethod);
@@ -635,27 +639,35 @@ pub fn passkey_verify(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
             ))
         })?
         .to_string();
-    let Some(user) = records::load::<UserRecord>(ctx.env.store, &format!("user:{user_id}"))? else {
+    let Some(user) = records::load::<UserRecord>(ctx.env.store, &records::user_key(&user_id))?
+    else {
         // Spend the challenge all the same: one try per challenge.
         let _ = spend_challenge(ctx, &response.client_data_json, "passkey", None);
         return Err(unknown());
     };
     let (id, assertion) = check_assertion(ctx, &user, &credential, "passkey", None, true)?;
     let now = ctx.now_ms();
-    records::update(ctx.env, &format!("user:{user_id}"), |u: &mut UserRecord| {
-        let c = u
-            .webauthn
-            .iter_mut()
-            .find(|c| c.id == id)
-            .ok_or_else(unknown)?;
-        if c.sign_count != 0 && assertion.sign_count != 0 && assertion.sign_count <= c.sign_count {
-            return Err(ApiError::PasskeyChallenge);
-        }
-        c.sign_count = c.sign_count.max(assertion.sign_count);
-        c.backed_up = assertion.backed_up;
-        c.last_used_ms = Some(now);
-        Ok(())
-    })?
+    records::update(
+        ctx.env,
+        &records::user_key(&user_id),
+        |u: &mut UserRecord| {
+            let c = u
+                .webauthn
+                .iter_mut()
+                .find(|c| c.id == id)
+                .ok_or_else(unknown)?;
+            if c.sign_count != 0
+                && assertion.sign_count != 0
+                && assertion.sign_count <= c.sign_count
+            {
+                return Err(ApiError::PasskeyChallenge);
+            }
+            c.sign_count = c.sign_count.max(assertion.sign_count);
+            c.backed_up = assertion.backed_up;
+            c.last_used_ms = Some(now);
+            Ok(())
+        },
+    )?
     .ok_or_else(unknown)?;
     let key = if assertion_be(&user, &id) {
         "swk"

@@ -336,7 +336,7 @@ pub fn create(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     records::save(ctx.env.store, &hook_key(&hook.id), &hook)?;
     records::update(
         ctx.env,
-        &format!("user:{}", auth.user.id),
+        &records::user_key(&auth.user.id),
         |u: &mut UserRecord| {
             if u.webhooks.len() >= MAX_HOOKS_PER_USER {
                 return Err(too_many());
@@ -397,7 +397,7 @@ pub fn delete(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
     let h = owned(ctx, &auth.user, id)?;
     records::update(
         ctx.env,
-        &format!("user:{}", auth.user.id),
+        &records::user_key(&auth.user.id),
         |u: &mut UserRecord| {
             u.webhooks.retain(|x| x != id);
             Ok(())
@@ -573,7 +573,7 @@ pub fn fan_out(
 ) -> Result<Vec<WebhookCall>, ApiError> {
     let ids = match known {
         Some(ids) => ids,
-        None => match records::load::<UserRecord>(env.store, &format!("user:{user_id}"))? {
+        None => match records::load::<UserRecord>(env.store, &records::user_key(user_id))? {
             Some(user) => user.webhooks,
             None => return Ok(vec![]),
         },

@@ -57,14 +57,25 @@ fn bucket_after(exp_ms: u64) -> u64 {
     exp_ms / BUCKET_MS + 1
 }
 
+/// The entry counter of `bucket`, `hk:n:{bucket}`.
+fn count_key(bucket: u64) -> String {
+    util::key(&["hk:n:", Decimal::of(bucket).as_str()])
+}
+
+/// The key of `bucket`'s entry number `n`, `hk:e:{bucket}:{n}`.
+fn entry_key(bucket: u64, n: Decimal) -> String {
+    util::key(&["hk:e:", Decimal::of(bucket).as_str(), ":", n.as_str()])
+}
+
 /// Files `expiry` in the bucket after its time: one `increment` of the
 /// bucket's counter, one write of the entry.
 pub fn schedule(env: &mut Env, expiry: &Expiry) -> Result<(), ApiError> {
     let b = bucket_after(expiry.exp_ms());
-    let b = Decimal::of(b);
-    let n = env.store.increment(&util::key(&["hk:n:", b.as_str()]), 1)?;
-    let entry_key = util::key(&["hk:e:", b.as_str(), ":", Decimal::of_signed(n).as_str()]);
-    env.store.set(&entry_key, expiry.entry().as_bytes())?;
+    let n = env.store.increment(&count_key(b), 1)?;
+    env.store.set(
+        &entry_key(b, Decimal::of_signed(n)),
+        expiry.entry().as_bytes(),
+    )?;
     Ok(())
 }
 
@@ -212,13 +223,13 @@ pub fn tick(env: &mut Env) -> Result<usize, ApiError> {
 }
 
 fn sweep(env: &mut Env, bucket: u64) -> Result<usize, ApiError> {
-    let count_key = format!("hk:n:{bucket}");
-    let n = env.store.increment(&count_key, 0)?.max(0) as u64;
+    let count = count_key(bucket);
+    let n = env.store.increment(&count, 0)?.max(0) as u64;
     let mut removed = 0;
     let mut i = 1;
     while i <= n {
-        let entry_key = format!("hk:e:{bucket}:{i}");
-        let entry = env.store.get(&entry_key)?;
+        let slot = entry_key(bucket, Decimal::of(i));
+        let entry = env.store.get(&slot)?;
         if let Some(entry) = entry.as_deref().and_then(|e| std::str::from_utf8(e).ok()) {
             if let Some(key) = entry.strip_prefix("c|") {
                 env.store.delete(key)?;
@@ -231,9 +242,9 @@ fn sweep(env: &mut Env, bucket: u64) -> Result<usize, ApiError> {
                 }
             }
         }
-        env.store.delete(&entry_key)?;
+        env.store.delete(&slot)?;
         i += 1;
     }
-    env.store.delete(&count_key)?;
+    env.store.delete(&count)?;
     Ok(removed)
 }

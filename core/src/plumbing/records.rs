@@ -256,6 +256,11 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Reads and decodes the record at `key`.
+/// The key of a user's record, `user:{id}`.
+pub fn user_key(id: &str) -> String {
+    crate::plumbing::util::key(&["user:", id])
+}
+
 pub fn load<T: DeserializeOwned>(store: &dyn Store, key: &str) -> Result<Option<T>, ApiError> {
     match store.get(key)? {
         None => Ok(None),

@@ -15,17 +15,15 @@ pub fn uuid_v4(env: &mut Env) -> String {
     uuid_text(&b)
 }
 
-/// The canonical text of the UUID `b`: 32 lower-case hex digits in groups
-/// of 8, 4, 4, 4 and 12, joined by `-`.
+/// The canonical text of the UUID `b`: [`to_hex`]'s 32 lower-case digits
+/// in groups of 8, 4, 4, 4 and 12, joined by `-`.
+///
+/// [`to_hex`]: crate::crypto::signature::to_hex
 fn uuid_text(b: &[u8; 16]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(36);
-    for (i, &byte) in b.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            out.push('-');
-        }
-        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    let mut out = crate::crypto::signature::to_hex(b);
+    out.reserve_exact(4);
+    for at in [8, 13, 18, 23] {
+        out.insert(at, '-');
     }
     out
 }
