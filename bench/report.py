@@ -954,9 +954,11 @@ def main():
                 "checksummed log, syncs that log once before each response as SQLite's is, and "
                 "compacts the log by snapshot, is served since 2026-12-02 as an opt-in engine, "
                 "`KV_ENGINE=log` (`host/src/logkv.rs`; docs/decisions.md, \"A store in memory with "
-                "an append-only log\"); SQLite stays the default, since the log store gives up "
-                "choices docs/decisions.md made (memory that grows with the data, no other process "
-                "reading the store while the host runs, no two hosts on one data directory).")
+                "an append-only log\"); SQLite stays the default (decided on 2026-12-05, same "
+                "section): it is the store Spin itself runs the component on, and the log store "
+                "gives up choices docs/decisions.md made (memory that grows with the data, no other "
+                "process reading the store while the host runs, no two hosts on one data "
+                "directory).")
         vl, vs = vstat(("log", 32)), vstat(32)
         vlf, vsf = verify_over_floor(("log", 32)), verify_over_floor(32)
         if not (vl and vs and vlf and vsf):
