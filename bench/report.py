@@ -1198,7 +1198,15 @@ def main():
              f"({over(ce1, cn1)} and {over(ce32, cn32)}), the floor of any filter in this Envoy's "
              "V8 (entering V8 for a request's callbacks). No wasm filter can match it here; "
              "compiled into Envoy (proxy-wasm's null VM, not in the PyPI build) one could."
-             if all(x and x["cpu_us"] for x in (cc1, cc32, ce1, ce32)) else ""))
+             if all(x and x["cpu_us"] for x in (cc1, cc32, ce1, ce32)) else "")
+          + " Forwarding claims costs a wasm filter more than it costs `jwt_authn`: Envoy clears "
+          "the route cache on every change a wasm filter makes to the request headers, and "
+          "`jwt_authn` by default does not. Setting the three headers once per request cost "
+          "6–12 µs of Envoy's CPU at concurrency 1 and 7–27 µs at 32 in two runs of the probe of "
+          "`bench/experiments/envoy-hostcalls.sh` (2026-12-05), against 0.8–0.9 µs for each "
+          "further replacement. The filter's own code "
+          "is a few µs of its overhead (docs/decisions.md, \"What each host call costs inside "
+          "Envoy\").")
     if "filter" in sizes and sizes["filter"]["bytes"] <= 300_000:
         w(f"- **The filter's size (target 6).** {sizes['filter']['bytes']:,} bytes as it ships: "
           "cargo's release build (about 345 KB) through binaryen's `wasm-opt -O3` "

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# EXPERIMENT (not run by scripts/bench.sh or CI): what each proxy-wasm host
+# call costs in real Envoy (V8). With bench/experiments/envoy-hostcalls.patch
+# applied, bench/empty-filter calls one host function per request
+# (PROBE_REPEAT times, or once for modes 11 and 12; see its source). One
+# Envoy, one listener per mode plus one without a filter, in front of
+# `tfa-bench upstream`; rounds of wrk runs alternate the listeners. Prints
+# one line per run: round, concurrency, listener, Envoy's CPU per request
+# (user + system from /proc, over the run's requests) and wrk's JSON.
+#
+#   git apply bench/experiments/envoy-hostcalls.patch
+#   cargo build --release --target wasm32-wasip1 -p tfa-bench-empty-filter
+#   cargo build --profile host -p tfa-bench
+#   bash bench/experiments/envoy-hostcalls.sh [rounds] [seconds] [concurrencies]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+rounds=${1:-4}; secs=${2:-4}; concs=${3:-"32 1"}
+bench=target/host/tfa-bench
+probe="$root/target/wasm32-wasip1/release/tfa_bench_empty_filter.wasm"
+lua=bench/lua/bench.lua
+modes=(0 1 2 3 4 5 6 11 12)
+work=$(mktemp -d)
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+up=$(port); admin=$(port); none=$(port)
+declare -A ports
+for m in "${modes[@]}"; do ports[$m]=$(port); done
+"$bench" upstream --port "$up" --max-secs 3600 2>/dev/null &
+up_pid=$!
+trap 'kill "$up_pid" ${envoy_pid:-} 2>/dev/null || true; rm -rf "$work"' EXIT
+listener() { # name port filter-yaml
+    cat <<X
+  - name: $1
+    address: { socket_address: { address: 127.0.0.1, port_value: $2 } }
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: $1
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes: [{ match: { prefix: "/" }, route: { cluster: upstream } }]
+          http_filters:
+$3
+          - name: envoy.filters.http.router
+            typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
+X
+}
+probe_filter() { # mode
+    cat <<X
+          - name: probe
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+              config:
+                name: probe_$1
+                vm_config:
+                  vm_id: probe_$1
+                  runtime: envoy.wasm.runtime.v8
+                  code: { local: { filename: $probe } }
+                configuration:
+                  "@type": type.googleapis.com/google.protobuf.StringValue
+                  value: "$1"
+X
+}
+{
+    printf 'admin:\n  address: { socket_address: { address: 127.0.0.1, port_value: %s } }\n' "$admin"
+    printf 'static_resources:\n  listeners:\n'
+    listener none "$none" ""
+    for m in "${modes[@]}"; do listener "mode_$m" "${ports[$m]}" "$(probe_filter "$m")"; done
+    cat <<X
+  clusters:
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: upstream
+      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: $up } } } }] }]
+X
+} >"$work/envoy.yaml"
+envoy -c "$work/envoy.yaml" --concurrency 1 --disable-hot-restart --log-level warn \
+    --log-path "$work/envoy.log" </dev/null >/dev/null 2>&1 &
+envoy_pid=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$admin/ready" >/dev/null && break; sleep 0.1; done
+ticks() { awk '{print $14 + $15}' "/proc/$envoy_pid/stat"; }
+hz=$(getconf CLK_TCK)
+targets=("none:$none")
+for m in "${modes[@]}"; do targets+=("mode_$m:${ports[$m]}"); done
+for t in "${targets[@]}"; do wrk -t1 -c4 -d1s -s "$lua" "http://127.0.0.1:${t#*:}/" >/dev/null; done
+for r in $(seq "$rounds"); do
+    for c in $concs; do
+        for t in "${targets[@]}"; do
+            threads=2; [ "$c" -lt 2 ] && threads=1
+            t0=$(ticks)
+            j=$(wrk -t"$threads" -c"$c" -d"${secs}s" -s "$lua" "http://127.0.0.1:${t#*:}/" | grep '^{"requests"')
+            t1=$(ticks)
+            n=$(printf '%s' "$j" | sed 's/^{"requests":\([0-9]*\).*/\1/')
+            cpu=$(awk -v d=$((t1 - t0)) -v hz="$hz" -v n="$n" 'BEGIN { printf "%.1f", d / hz * 1e6 / n }')
+            echo "$r $c ${t%%:*} cpu_us_per_request=$cpu $j"
+        done
+    done
+done
