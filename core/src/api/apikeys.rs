@@ -54,7 +54,12 @@ pub struct ApiKeyRecord {
 }
 
 fn key(id: &str) -> String {
-    format!("apikey:{id}")
+    util::key(&["apikey:", id])
+}
+
+/// The index from a key's public prefix to its id, `apikeyp:{prefix}`.
+fn prefix_key(prefix: &str) -> String {
+    util::key(&["apikeyp:", prefix])
 }
 
 /// The key a request presents, if any: `X-API-Key`, or a bearer token that
@@ -95,7 +100,7 @@ pub fn authenticate(ctx: &mut Ctx, secret: &str, scope: &'static str) -> Result<
         return Err(ApiError::InvalidToken);
     }
     let prefix = &secret[..PREFIX_LEN];
-    let Some(id) = ctx.env.store.get(&format!("apikeyp:{prefix}"))? else {
+    let Some(id) = ctx.env.store.get(&prefix_key(prefix))? else {
         return Err(ApiError::InvalidToken);
     };
     let id = String::from_utf8(id).map_err(|_| ApiError::Internal)?;
@@ -208,7 +213,7 @@ pub fn create(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     records::save(ctx.env.store, &key(&record.id), &record)?;
     ctx.env
         .store
-        .set(&format!("apikeyp:{}", record.prefix), record.id.as_bytes())?;
+        .set(&prefix_key(&record.prefix), record.id.as_bytes())?;
     records::update(
         ctx.env,
         &records::user_key(&user.id),
@@ -261,7 +266,7 @@ pub fn revoke(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
     ctx.limit(ratelimit::DEFAULT, &ctx.ip.clone())?;
     let (user, _) = sessions::authenticate_session(ctx)?;
     let k = owned(ctx, &user, id)?;
-    ctx.env.store.delete(&format!("apikeyp:{}", k.prefix))?;
+    ctx.env.store.delete(&prefix_key(&k.prefix))?;
     records::remove(ctx.env, &key(id))?;
     records::update(
         ctx.env,
@@ -292,9 +297,7 @@ pub fn rotate(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
     let secret = new_secret(ctx);
     let prefix = secret[..PREFIX_LEN].to_string();
     let hash = hash_of(ctx, &secret)?;
-    ctx.env
-        .store
-        .set(&format!("apikeyp:{prefix}"), id.as_bytes())?;
+    ctx.env.store.set(&prefix_key(&prefix), id.as_bytes())?;
     let record = records::update(ctx.env, &key(id), |k: &mut ApiKeyRecord| {
         k.prefix = prefix.clone();
         k.hash = hash.clone();
@@ -302,7 +305,7 @@ pub fn rotate(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
         Ok(k.clone())
     })?
     .ok_or(ApiError::NotFound)?;
-    ctx.env.store.delete(&format!("apikeyp:{}", old.prefix))?;
+    ctx.env.store.delete(&prefix_key(&old.prefix))?;
     ctx.audit(
         Some(&user.id),
         "api_key_created",
@@ -310,4 +313,16 @@ pub fn rotate(ctx: &mut Ctx, id: &str) -> Result<Outcome, ApiError> {
         json!({ "apiKeyId": id, "rotated": true }),
     );
     Ok(created(&record, &secret, 200))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys are stored data: spelled as `format!` spelled them.
+    #[test]
+    fn keys_keep_their_spelling() {
+        assert_eq!(key("k1"), "apikey:k1");
+        assert_eq!(prefix_key("tfa_ab12"), "apikeyp:tfa_ab12");
+    }
 }

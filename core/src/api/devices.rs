@@ -39,7 +39,7 @@ pub struct DeviceRecord {
 }
 
 fn key(id: &str) -> String {
-    format!("dev:{id}")
+    util::key(&["dev:", id])
 }
 
 fn device_json(d: &DeviceRecord) -> Value {
@@ -245,4 +245,15 @@ pub fn delete_all(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         200,
         json!({ "message": "All trusted devices removed", "removedCount": live_count }),
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys are stored data: spelled as `format!` spelled them.
+    #[test]
+    fn keys_keep_their_spelling() {
+        assert_eq!(key("d1"), "dev:d1");
+    }
 }

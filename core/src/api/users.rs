@@ -18,7 +18,7 @@ use crate::plumbing::context::{Ctx, Outcome};
 use crate::plumbing::housekeeping::{self, Expiry};
 use crate::plumbing::ratelimit;
 use crate::plumbing::records::{self, UserRecord};
-use crate::plumbing::util::iso8601;
+use crate::plumbing::util::{self, iso8601};
 use crate::plumbing::web;
 
 /// Longest accepted e-mail address.
@@ -60,6 +60,17 @@ pub fn normalize_email(input: &str, field: &str) -> Result<String, ApiError> {
     }
 }
 
+/// The index from a normalised e-mail to its user's id, `email:{email}`.
+fn email_key(email: &str) -> String {
+    util::key(&["email:", email])
+}
+
+/// The index from a lower-cased username to its user's id,
+/// `username:{name}`.
+fn username_key(name_lower: &str) -> String {
+    util::key(&["username:", name_lower])
+}
+
 fn check_username(u: &str) -> Result<(), ApiError> {
     let ok = (3..=30).contains(&u.len())
         && u.chars()
@@ -97,8 +108,8 @@ pub fn register(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     ctx.keys()?;
 
     let name_lower = username.to_ascii_lowercase();
-    let email_claim = format!("claim:email:{email}");
-    let name_claim = format!("claim:username:{name_lower}");
+    let email_claim = util::key(&["claim:email:", &email]);
+    let name_claim = util::key(&["claim:username:", &name_lower]);
     // Claims are short-lived locks: scheduled for removal before they are
     // taken, so that one left behind by a registration whose store failed
     // (and whose release failed with it) frees the name after
@@ -110,7 +121,7 @@ pub fn register(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
     housekeeping::schedule(ctx.env, &Expiry::counter(&email_claim, claim_exp))?;
     housekeeping::schedule(ctx.env, &Expiry::counter(&name_claim, claim_exp))?;
     if ctx.env.store.increment(&email_claim, 1)? != 1
-        || ctx.env.store.get(&format!("email:{email}"))?.is_some()
+        || ctx.env.store.get(&email_key(&email))?.is_some()
     {
         return Err(ApiError::EmailTaken);
     }
@@ -125,7 +136,7 @@ pub fn register(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
             return Err(e.into());
         }
     }
-    match ctx.env.store.get(&format!("username:{name_lower}")) {
+    match ctx.env.store.get(&username_key(&name_lower)) {
         Ok(None) => {}
         Ok(Some(_)) => {
             release(ctx, &[email_claim]);
@@ -162,12 +173,10 @@ pub fn register(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
             webauthn: vec![],
         };
         records::save(ctx.env.store, &records::user_key(&user.id), &user)?;
+        ctx.env.store.set(&email_key(&email), user.id.as_bytes())?;
         ctx.env
             .store
-            .set(&format!("email:{email}"), user.id.as_bytes())?;
-        ctx.env
-            .store
-            .set(&format!("username:{name_lower}"), user.id.as_bytes())?;
+            .set(&username_key(&name_lower), user.id.as_bytes())?;
         Ok::<_, ApiError>(user)
     })();
     let user = match result {
@@ -250,9 +259,9 @@ pub fn find(ctx: &mut Ctx, identifier: &str) -> Result<Option<UserRecord>, ApiEr
         return Ok(None);
     }
     let index = if ident.contains('@') {
-        format!("email:{ident}")
+        email_key(&ident)
     } else {
-        format!("username:{ident}")
+        username_key(&ident)
     };
     let Some(id) = ctx.env.store.get(&index)? else {
         return Ok(None);
@@ -386,6 +395,13 @@ pub fn me(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Index keys are stored data: spelled as `format!` spelled them.
+    #[test]
+    fn index_keys_keep_their_spelling() {
+        assert_eq!(email_key("carol@example.com"), "email:carol@example.com");
+        assert_eq!(username_key("carol"), "username:carol");
+    }
     use crate::plumbing::records::MethodRecord;
 
     /// The public view of a user as the JSON tree the answers were built

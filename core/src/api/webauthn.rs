@@ -65,6 +65,22 @@ pub fn relying_party(ctx: &Ctx) -> RelyingParty {
     RelyingParty::new(&ctx.config.webauthn_rp_id, &ctx.config.webauthn_origins)
 }
 
+/// The key of an issued challenge's record, `wach:{challenge}`.
+fn challenge_key(challenge: &str) -> String {
+    util::key(&["wach:", challenge])
+}
+
+/// The key of the counter that lets a challenge be spent once,
+/// `wachu:{challenge}`.
+fn challenge_use_key(challenge: &str) -> String {
+    util::key(&["wachu:", challenge])
+}
+
+/// The key that claims a credential id for one user, `wacid:{id}`.
+fn credential_claim_key(credential_id: &str) -> String {
+    util::key(&["wacid:", credential_id])
+}
+
 /// A verification failure as the client sees it: 400 with the check that
 /// failed.
 pub fn refused(e: &WebauthnError) -> ApiError {
@@ -84,7 +100,7 @@ pub fn issue_challenge(
         .now_ms()
         .checked_add(CHALLENGE_MS)
         .ok_or(ApiError::Internal)?;
-    let key = format!("wach:{challenge}");
+    let key = challenge_key(&challenge);
     records::save(
         ctx.env.store,
         &key,
@@ -96,7 +112,7 @@ pub fn issue_challenge(
         },
     )?;
     ctx.expire(Expiry::record(&key, exp_ms));
-    ctx.expire(Expiry::counter(&format!("wachu:{challenge}"), exp_ms));
+    ctx.expire(Expiry::counter(&challenge_use_key(&challenge), exp_ms));
     Ok(challenge)
 }
 
@@ -115,12 +131,12 @@ pub fn spend_challenge(
     }
     let name = b64url_encode(&cd.challenge);
     let record: ChallengeRecord =
-        records::load(ctx.env.store, &format!("wach:{name}"))?.ok_or(ApiError::PasskeyChallenge)?;
-    if ctx.env.store.increment(&format!("wachu:{name}"), 1)? != 1 {
+        records::load(ctx.env.store, &challenge_key(&name))?.ok_or(ApiError::PasskeyChallenge)?;
+    if ctx.env.store.increment(&challenge_use_key(&name), 1)? != 1 {
         return Err(ApiError::PasskeyChallenge);
     }
     // Spent: the record is no longer needed (the counter stays until expiry).
-    ctx.env.store.delete(&format!("wach:{name}"))?;
+    ctx.env.store.delete(&challenge_key(&name))?;
     if record.exp_ms <= ctx.now_ms()
         || record.purpose != purpose
         || record.user_id.as_deref() != user_id
@@ -265,7 +281,7 @@ pub fn register_verify(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
         )));
     }
     let credential_id = b64url_encode(&new.credential_id);
-    let claim = format!("wacid:{credential_id}");
+    let claim = credential_claim_key(&credential_id);
     if ctx.env.store.increment(&claim, 1)? != 1 {
         return Err(ApiError::PasskeyRegistered);
     }
@@ -437,7 +453,7 @@ pub fn release_claims(ctx: &mut Ctx, removed: &[WebauthnCredential]) {
         if ctx
             .env
             .store
-            .delete(&format!("wacid:{}", c.credential_id))
+            .delete(&credential_claim_key(&c.credential_id))
             .is_err()
         {
             ctx.log(format!(
@@ -692,4 +708,17 @@ fn assertion_be(user: &UserRecord, id: &str) -> bool {
     user.webauthn
         .iter()
         .any(|c| c.id == id && c.backup_eligible)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys are stored data: spelled as `format!` spelled them.
+    #[test]
+    fn keys_keep_their_spelling() {
+        assert_eq!(challenge_key("c-_1"), "wach:c-_1");
+        assert_eq!(challenge_use_key("c-_1"), "wachu:c-_1");
+        assert_eq!(credential_claim_key("AQID"), "wacid:AQID");
+    }
 }

@@ -31,7 +31,7 @@ use crate::crypto::signature;
 use crate::plumbing::context::{Ctx, Outcome};
 use crate::plumbing::ratelimit;
 use crate::plumbing::records::{self, UserRecord};
-use crate::plumbing::util::{self, iso8601};
+use crate::plumbing::util::{self, iso8601, Decimal};
 use crate::plumbing::web;
 
 /// Every event name.
@@ -119,10 +119,10 @@ pub struct DeliveryRecord {
 pub use crate::contract::outbox::WebhookCall;
 
 fn hook_key(id: &str) -> String {
-    format!("wh:{id}")
+    util::key(&["wh:", id])
 }
 fn delivery_key(id: &str) -> String {
-    format!("whd:{id}")
+    util::key(&["whd:", id])
 }
 
 /// The webhook event an audit record announces, if any: (user, event, the
@@ -592,11 +592,23 @@ pub fn fan_out(
         .collect()
 }
 
+/// The key of retry queue bucket `bucket`'s entry counter, `wq:n:{bucket}`.
+fn queue_count_key(bucket: u64) -> String {
+    util::key(&["wq:n:", Decimal::of(bucket).as_str()])
+}
+
+/// The key of `bucket`'s entry number `n`, `wq:e:{bucket}:{n}`.
+fn queue_entry_key(bucket: u64, n: Decimal) -> String {
+    util::key(&["wq:e:", Decimal::of(bucket).as_str(), ":", n.as_str()])
+}
+
 fn enqueue(env: &mut Env, delivery_id: &str, at_ms: u64) -> Result<(), ApiError> {
     let b = at_ms.div_ceil(QUEUE_BUCKET_MS);
-    let n = env.store.increment(&format!("wq:n:{b}"), 1)?;
-    env.store
-        .set(&format!("wq:e:{b}:{n}"), delivery_id.as_bytes())?;
+    let n = env.store.increment(&queue_count_key(b), 1)?;
+    env.store.set(
+        &queue_entry_key(b, Decimal::of_signed(n)),
+        delivery_id.as_bytes(),
+    )?;
     Ok(())
 }
 
@@ -697,10 +709,10 @@ pub fn due(env: &mut Env) -> (Vec<WebhookCall>, Result<(), ApiError>) {
 /// bucket is drained again later, and a delivery already attempted is not
 /// due any more, so nothing is lost or sent twice.
 fn drain(env: &mut Env, bucket: u64) -> Result<Vec<WebhookCall>, ApiError> {
-    let n = env.store.increment(&format!("wq:n:{bucket}"), 0)?.max(0) as u64;
+    let n = env.store.increment(&queue_count_key(bucket), 0)?.max(0) as u64;
     let mut calls = Vec::new();
     for i in 1..=n {
-        let entry = format!("wq:e:{bucket}:{i}");
+        let entry = queue_entry_key(bucket, Decimal::of(i));
         let Some(id) = env
             .store
             .get(&entry)?
@@ -723,10 +735,25 @@ fn drain(env: &mut Env, bucket: u64) -> Result<Vec<WebhookCall>, ApiError> {
 /// Drops a drained bucket's entries (best effort: a leftover entry points at
 /// a delivery that is no longer due).
 fn forget_bucket(env: &mut Env, bucket: u64) {
-    let count_key = format!("wq:n:{bucket}");
+    let count_key = queue_count_key(bucket);
     let n = env.store.increment(&count_key, 0).unwrap_or(0).max(0) as u64;
     for i in 1..=n {
-        let _ = env.store.delete(&format!("wq:e:{bucket}:{i}"));
+        let _ = env.store.delete(&queue_entry_key(bucket, Decimal::of(i)));
     }
     let _ = env.store.delete(&count_key);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys are stored data: spelled as `format!` spelled them.
+    #[test]
+    fn keys_keep_their_spelling() {
+        assert_eq!(hook_key("h1"), "wh:h1");
+        assert_eq!(delivery_key("d1"), "whd:d1");
+        assert_eq!(queue_count_key(29_415_480), "wq:n:29415480");
+        assert_eq!(queue_entry_key(7, Decimal::of(12)), "wq:e:7:12");
+        assert_eq!(queue_entry_key(7, Decimal::of_signed(-1)), "wq:e:7:-1");
+    }
 }

@@ -8,6 +8,7 @@
 use crate::contract::error::{ApiError, RateInfo};
 use crate::contract::ports::Env;
 use crate::plumbing::housekeeping::Expiry;
+use crate::plumbing::util::{self, Decimal};
 
 /// A rate-limit rule of the specification's table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +114,19 @@ pub struct Slot {
     key: String,
 }
 
+/// The key of `subject`'s counter in `rule`'s window that began at `start`
+/// (Unix seconds), `rl:{rule}:{subject}:{start}`.
+fn window_key(rule: Rule, subject: &str, start: u64) -> String {
+    util::key(&[
+        "rl:",
+        rule.name,
+        ":",
+        subject,
+        ":",
+        Decimal::of(start).as_str(),
+    ])
+}
+
 /// Counts one request of `subject` under `rule`. Returns the slot (for the
 /// headers) or `RateLimited` when the window is full, and, when this request
 /// opened the window, the window's counter for the caller to have swept
@@ -123,7 +137,7 @@ pub fn hit(env: &mut Env, rule: Rule, subject: &str) -> (Result<Slot, ApiError>,
     let Some(reset) = start.checked_add(rule.window_secs) else {
         return (Err(ApiError::Internal), None);
     };
-    let key = format!("rl:{}:{}:{}", rule.name, subject, start);
+    let key = window_key(rule, subject, start);
     let count = match env.store.increment(&key, 1) {
         Ok(count) => count,
         Err(e) => return (Err(e.into()), None),
@@ -153,4 +167,22 @@ fn judge(rule: Rule, count: i64, now: u64, reset: u64, key: String) -> Result<Sl
 pub fn refund(env: &mut Env, slot: &Slot) -> Result<(), ApiError> {
     env.store.increment(&slot.key, -1)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The counters' keys are stored data: spelled as `format!` spelled them.
+    #[test]
+    fn window_keys_keep_their_spelling() {
+        assert_eq!(
+            window_key(LOGIN, "ip:127.0.0.1", 0),
+            "rl:login:ip:127.0.0.1:0"
+        );
+        assert_eq!(
+            window_key(LOGIN, "u", 1_764_892_800),
+            format!("rl:{}:{}:{}", LOGIN.name, "u", 1_764_892_800u64)
+        );
+    }
 }

@@ -10,6 +10,7 @@ use crate::contract::error::ApiError;
 use crate::contract::ports::Env;
 use crate::crypto::codes::derive_key;
 use crate::crypto::tokens::{TokenKeys, TokenKind};
+use crate::plumbing::util;
 use std::cell::OnceCell;
 use std::rc::Rc;
 
@@ -69,16 +70,23 @@ pub fn resolve(config: &Config, env: &mut Env) -> Result<Rc<Keys>, ApiError> {
     Ok(Rc::new(Keys::from_secrets(&out, config)))
 }
 
+/// The key of a secret the service made on first use, `sys:secret:{name}`.
+fn secret_key(name: &str) -> String {
+    util::key(&["sys:secret:", name])
+}
+
+/// The counter that lets one instance make the secret `name`,
+/// `sys:secret-claim:{name}`.
+fn secret_claim_key(name: &str) -> String {
+    util::key(&["sys:secret-claim:", name])
+}
+
 fn stored_secret(env: &mut Env, name: &str) -> Result<String, ApiError> {
-    let key = format!("sys:secret:{name}");
+    let key = secret_key(name);
     if let Some(v) = env.store.get(&key)? {
         return String::from_utf8(v).map_err(|_| ApiError::Internal);
     }
-    if env
-        .store
-        .increment(&format!("sys:secret-claim:{name}"), 1)?
-        == 1
-    {
+    if env.store.increment(&secret_claim_key(name), 1)? == 1 {
         let secret = crate::plumbing::util::random_hex(env, 48);
         env.store.set(&key, secret.as_bytes())?;
         return Ok(secret);
@@ -94,6 +102,16 @@ fn stored_secret(env: &mut Env, name: &str) -> Result<String, ApiError> {
 mod tests {
     use super::*;
     use crate::crypto::tokens::Extra;
+
+    /// Keys are stored data: spelled as `format!` spelled them.
+    #[test]
+    fn secret_keys_keep_their_spelling() {
+        assert_eq!(secret_key("JWT_SECRET"), "sys:secret:JWT_SECRET");
+        assert_eq!(
+            secret_claim_key("JWT_SECRET"),
+            "sys:secret-claim:JWT_SECRET"
+        );
+    }
 
     /// Keys made on first use are the keys of the secrets, whichever is
     /// asked for first and whichever copy asks.

@@ -38,7 +38,8 @@ pub fn key(parts: &[&str]) -> String {
 
 /// The decimal digits of a number, as `to_string` writes them, on the
 /// stack: for store keys with a number in them (`audit:{user}:{n}`,
-/// `hk:e:{bucket}:{n}`, `lk:{name}:{period}`), joined by [`key`].
+/// `hk:e:{bucket}:{n}`, `lk:{name}:{period}`, `rl:{rule}:{subject}:{start}`,
+/// `wq:e:{bucket}:{n}`), joined by [`key`].
 ///
 /// Keys on a request's path are built without `format!`, which cost 1,200
 /// to 2,300 wasm instructions a key (callgrind of `POST /2fa/verify`,
@@ -51,6 +52,7 @@ pub struct Decimal {
 
 impl Decimal {
     /// The digits of `n`.
+    #[inline(never)]
     pub fn of(mut n: u64) -> Decimal {
         let mut buf = [0u8; 20];
         let mut start = buf.len();
@@ -79,6 +81,7 @@ impl Decimal {
     }
 
     /// The digits, most significant first; no sign, no leading zeros.
+    #[inline(never)]
     pub fn as_str(&self) -> &str {
         // Only ASCII digits are ever written from `start` on.
         std::str::from_utf8(&self.buf[self.start..]).unwrap_or("0")
