@@ -11,15 +11,24 @@
 #   git apply bench/experiments/envoy-hostcalls.patch
 #   cargo build --release --target wasm32-wasip1 -p tfa-bench-empty-filter
 #   cargo build --profile host -p tfa-bench
-#   bash bench/experiments/envoy-hostcalls.sh [rounds] [seconds] [concurrencies]
+#   [MODES="0 11"] [EXTRA_ROUTES=N] bash bench/experiments/envoy-hostcalls.sh \
+#       [rounds] [seconds] [concurrencies]
+#
+# MODES picks the probe's modes (default: all); EXTRA_ROUTES, below.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 rounds=${1:-4}; secs=${2:-4}; concs=${3:-"32 1"}
+# EXTRA_ROUTES=N puts N routes that never match before the catch-all one, so
+# that resolving a request's route again costs N prefix comparisons more.
+extra_routes=""
+for i in $(seq 1 "${EXTRA_ROUTES:-0}"); do
+    extra_routes+="{ match: { prefix: \"/never-$i/\" }, route: { cluster: upstream } }, "
+done
 bench=target/host/tfa-bench
 probe="$root/target/wasm32-wasip1/release/tfa_bench_empty_filter.wasm"
 lua=bench/lua/bench.lua
-modes=(0 1 2 3 4 5 6 11 12)
+modes=(${MODES:-0 1 2 3 4 5 6 11 12})
 work=$(mktemp -d)
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 up=$(port); admin=$(port); none=$(port)
@@ -42,7 +51,7 @@ listener() { # name port filter-yaml
             virtual_hosts:
             - name: all
               domains: ["*"]
-              routes: [{ match: { prefix: "/" }, route: { cluster: upstream } }]
+              routes: [$extra_routes{ match: { prefix: "/" }, route: { cluster: upstream } }]
           http_filters:
 $3
           - name: envoy.filters.http.router
