@@ -395,6 +395,7 @@ pub fn me(ctx: &mut Ctx) -> Result<Outcome, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plumbing::records::MethodRecord;
 
     /// Index keys are stored data: spelled as `format!` spelled them.
     #[test]
@@ -402,7 +403,6 @@ mod tests {
         assert_eq!(email_key("carol@example.com"), "email:carol@example.com");
         assert_eq!(username_key("carol"), "username:carol");
     }
-    use crate::plumbing::records::MethodRecord;
 
     /// The public view of a user as the JSON tree the answers were built
     /// as until they were written from the record: what [`UserView`] and

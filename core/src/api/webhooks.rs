@@ -592,21 +592,15 @@ pub fn fan_out(
         .collect()
 }
 
-/// The key of retry queue bucket `bucket`'s entry counter, `wq:n:{bucket}`.
-fn queue_count_key(bucket: u64) -> String {
-    util::key(&["wq:n:", Decimal::of(bucket).as_str()])
-}
-
-/// The key of `bucket`'s entry number `n`, `wq:e:{bucket}:{n}`.
-fn queue_entry_key(bucket: u64, n: Decimal) -> String {
-    util::key(&["wq:e:", Decimal::of(bucket).as_str(), ":", n.as_str()])
-}
+/// The retry queue's key prefix: `wq:n:{bucket}`, `wq:e:{bucket}:{n}`
+/// ([`util::bucket_count_key`], [`util::bucket_entry_key`]).
+const QUEUE: &str = "wq:";
 
 fn enqueue(env: &mut Env, delivery_id: &str, at_ms: u64) -> Result<(), ApiError> {
     let b = at_ms.div_ceil(QUEUE_BUCKET_MS);
-    let n = env.store.increment(&queue_count_key(b), 1)?;
+    let n = env.store.increment(&util::bucket_count_key(QUEUE, b), 1)?;
     env.store.set(
-        &queue_entry_key(b, Decimal::of_signed(n)),
+        &util::bucket_entry_key(QUEUE, b, Decimal::of_signed(n)),
         delivery_id.as_bytes(),
     )?;
     Ok(())
@@ -709,10 +703,13 @@ pub fn due(env: &mut Env) -> (Vec<WebhookCall>, Result<(), ApiError>) {
 /// bucket is drained again later, and a delivery already attempted is not
 /// due any more, so nothing is lost or sent twice.
 fn drain(env: &mut Env, bucket: u64) -> Result<Vec<WebhookCall>, ApiError> {
-    let n = env.store.increment(&queue_count_key(bucket), 0)?.max(0) as u64;
+    let n = env
+        .store
+        .increment(&util::bucket_count_key(QUEUE, bucket), 0)?
+        .max(0) as u64;
     let mut calls = Vec::new();
     for i in 1..=n {
-        let entry = queue_entry_key(bucket, Decimal::of(i));
+        let entry = util::bucket_entry_key(QUEUE, bucket, Decimal::of(i));
         let Some(id) = env
             .store
             .get(&entry)?
@@ -735,10 +732,12 @@ fn drain(env: &mut Env, bucket: u64) -> Result<Vec<WebhookCall>, ApiError> {
 /// Drops a drained bucket's entries (best effort: a leftover entry points at
 /// a delivery that is no longer due).
 fn forget_bucket(env: &mut Env, bucket: u64) {
-    let count_key = queue_count_key(bucket);
+    let count_key = util::bucket_count_key(QUEUE, bucket);
     let n = env.store.increment(&count_key, 0).unwrap_or(0).max(0) as u64;
     for i in 1..=n {
-        let _ = env.store.delete(&queue_entry_key(bucket, Decimal::of(i)));
+        let _ = env
+            .store
+            .delete(&util::bucket_entry_key(QUEUE, bucket, Decimal::of(i)));
     }
     let _ = env.store.delete(&count_key);
 }
@@ -752,8 +751,14 @@ mod tests {
     fn keys_keep_their_spelling() {
         assert_eq!(hook_key("h1"), "wh:h1");
         assert_eq!(delivery_key("d1"), "whd:d1");
-        assert_eq!(queue_count_key(29_415_480), "wq:n:29415480");
-        assert_eq!(queue_entry_key(7, Decimal::of(12)), "wq:e:7:12");
-        assert_eq!(queue_entry_key(7, Decimal::of_signed(-1)), "wq:e:7:-1");
+        assert_eq!(util::bucket_count_key(QUEUE, 29_415_480), "wq:n:29415480");
+        assert_eq!(
+            util::bucket_entry_key(QUEUE, 7, Decimal::of(12)),
+            "wq:e:7:12"
+        );
+        assert_eq!(
+            util::bucket_entry_key(QUEUE, 7, Decimal::of_signed(-1)),
+            "wq:e:7:-1"
+        );
     }
 }

@@ -57,23 +57,17 @@ fn bucket_after(exp_ms: u64) -> u64 {
     exp_ms / BUCKET_MS + 1
 }
 
-/// The entry counter of `bucket`, `hk:n:{bucket}`.
-fn count_key(bucket: u64) -> String {
-    util::key(&["hk:n:", Decimal::of(bucket).as_str()])
-}
-
-/// The key of `bucket`'s entry number `n`, `hk:e:{bucket}:{n}`.
-fn entry_key(bucket: u64, n: Decimal) -> String {
-    util::key(&["hk:e:", Decimal::of(bucket).as_str(), ":", n.as_str()])
-}
+/// The queue's key prefix: `hk:n:{bucket}`, `hk:e:{bucket}:{n}`
+/// ([`util::bucket_count_key`], [`util::bucket_entry_key`]).
+const QUEUE: &str = "hk:";
 
 /// Files `expiry` in the bucket after its time: one `increment` of the
 /// bucket's counter, one write of the entry.
 pub fn schedule(env: &mut Env, expiry: &Expiry) -> Result<(), ApiError> {
     let b = bucket_after(expiry.exp_ms());
-    let n = env.store.increment(&count_key(b), 1)?;
+    let n = env.store.increment(&util::bucket_count_key(QUEUE, b), 1)?;
     env.store.set(
-        &entry_key(b, Decimal::of_signed(n)),
+        &util::bucket_entry_key(QUEUE, b, Decimal::of_signed(n)),
         expiry.entry().as_bytes(),
     )?;
     Ok(())
@@ -223,12 +217,12 @@ pub fn tick(env: &mut Env) -> Result<usize, ApiError> {
 }
 
 fn sweep(env: &mut Env, bucket: u64) -> Result<usize, ApiError> {
-    let count = count_key(bucket);
+    let count = util::bucket_count_key(QUEUE, bucket);
     let n = env.store.increment(&count, 0)?.max(0) as u64;
     let mut removed = 0;
     let mut i = 1;
     while i <= n {
-        let slot = entry_key(bucket, Decimal::of(i));
+        let slot = util::bucket_entry_key(QUEUE, bucket, Decimal::of(i));
         let entry = env.store.get(&slot)?;
         if let Some(entry) = entry.as_deref().and_then(|e| std::str::from_utf8(e).ok()) {
             if let Some(key) = entry.strip_prefix("c|") {
@@ -247,4 +241,19 @@ fn sweep(env: &mut Env, bucket: u64) -> Result<usize, ApiError> {
     }
     env.store.delete(&count)?;
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys are stored data: spelled as `format!` spelled them.
+    #[test]
+    fn keys_keep_their_spelling() {
+        assert_eq!(util::bucket_count_key(QUEUE, 5_881_621), "hk:n:5881621");
+        assert_eq!(
+            util::bucket_entry_key(QUEUE, 5_881_621, Decimal::of_signed(3)),
+            "hk:e:5881621:3"
+        );
+    }
 }

@@ -87,7 +87,7 @@ fn stored_secret(env: &mut Env, name: &str) -> Result<String, ApiError> {
         return String::from_utf8(v).map_err(|_| ApiError::Internal);
     }
     if env.store.increment(&secret_claim_key(name), 1)? == 1 {
-        let secret = crate::plumbing::util::random_hex(env, 48);
+        let secret = util::random_hex(env, 48);
         env.store.set(&key, secret.as_bytes())?;
         return Ok(secret);
     }

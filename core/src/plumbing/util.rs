@@ -36,6 +36,19 @@ pub fn key(parts: &[&str]) -> String {
     parts.concat()
 }
 
+/// The entry counter of a bucketed queue's `bucket`, `{queue}n:{bucket}`:
+/// housekeeping's expiries (`hk:`) and the webhook retry queue (`wq:`) are
+/// both a counter per time bucket and numbered entries.
+pub fn bucket_count_key(queue: &str, bucket: u64) -> String {
+    key(&[queue, "n:", Decimal::of(bucket).as_str()])
+}
+
+/// The key of entry number `n` of a bucketed queue's `bucket`,
+/// `{queue}e:{bucket}:{n}` (see [`bucket_count_key`]).
+pub fn bucket_entry_key(queue: &str, bucket: u64, n: Decimal) -> String {
+    key(&[queue, "e:", Decimal::of(bucket).as_str(), ":", n.as_str()])
+}
+
 /// The decimal digits of a number, as `to_string` writes them, on the
 /// stack: for store keys with a number in them (`audit:{user}:{n}`,
 /// `hk:e:{bucket}:{n}`, `lk:{name}:{period}`, `rl:{rule}:{subject}:{start}`,
