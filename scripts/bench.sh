@@ -711,27 +711,8 @@ jwt_claims1='{ header_name: x-user-id, claim_name: sub }'
 jwt_claims3="$jwt_claims1"', { header_name: x-session-id, claim_name: sid }, { header_name: x-user-mfa, claim_name: mfa }'
 filter_cfg="{\"secrets\":[\"$secret\"],\"default\":\"auth\"}"
 intro_cfg="{\"secrets\":[\"$secret\"],\"default\":\"auth\",\"introspection\":{\"cluster\":\"upstream\",\"api_key\":\"tfa_bench\",\"positive_ttl_secs\":3600}}"
-listener() { # name port filters-yaml
-    cat <<EOF
-  - name: $1
-    address: { socket_address: { address: 127.0.0.1, port_value: $2 } }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: $1
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes: [{ match: { prefix: "/" }, route: { cluster: upstream } }]
-          http_filters:
-$3
-          - name: envoy.filters.http.router
-            typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
-EOF
-}
+# shellcheck source=bench/envoy-yaml.sh
+source "$root/bench/envoy-yaml.sh"
 wasm_filter() { # vm_id config [wasm file]
     cat <<EOF
           - name: tfa.edge_filter
@@ -773,27 +754,19 @@ admin:
 static_resources:
   listeners:
 EOF
-    listener none "$p_none" ""
-    listener filter "$p_filter" "$(wasm_filter tfa_edge "$filter_cfg")"
+    envoy_listener none "$p_none" ""
+    envoy_listener filter "$p_filter" "$(wasm_filter tfa_edge "$filter_cfg")"
     # The claims our filter forwards by default (sub, sid, mfa), then only
     # `sub`, for reference.
-    listener jwt_authn "$p_jwt" "$(jwt_filter "$jwt_claims3")"
-    listener jwt_authn_sub "$p_jwt1" "$(jwt_filter "$jwt_claims1")"
+    envoy_listener jwt_authn "$p_jwt" "$(jwt_filter "$jwt_claims3")"
+    envoy_listener jwt_authn_sub "$p_jwt1" "$(jwt_filter "$jwt_claims1")"
     # jwt_authn with its cache of verified tokens (off unless
     # `jwt_cache_config` is given; 100 tokens is its documented default
     # size), for reference: our filter keeps such a memo by default.
-    listener jwt_authn_cached "$p_jwtc" "$(jwt_filter "$jwt_claims3" "jwt_cache_config: { jwt_cache_size: 100 }")"
-    listener filter_introspection "$p_intro" "$(wasm_filter tfa_edge_intro "$intro_cfg")"
-    listener empty_wasm "$p_empty" "$(wasm_filter tfa_empty "{}" "$empty_filter")"
-    cat <<EOF
-  clusters:
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: upstream
-      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: $up_port } } } }] }]
-EOF
+    envoy_listener jwt_authn_cached "$p_jwtc" "$(jwt_filter "$jwt_claims3" "jwt_cache_config: { jwt_cache_size: 100 }")"
+    envoy_listener filter_introspection "$p_intro" "$(wasm_filter tfa_edge_intro "$intro_cfg")"
+    envoy_listener empty_wasm "$p_empty" "$(wasm_filter tfa_empty "{}" "$empty_filter")"
+    envoy_upstream_cluster "$up_port"
 } >"$out/envoy.yaml"
 run envoy --mode validate -c "$out/envoy.yaml" >/dev/null
 envoy -c "$out/envoy.yaml" --concurrency 1 --disable-hot-restart --log-level warn \

@@ -37,27 +37,8 @@ for m in "${modes[@]}"; do ports[$m]=$(port); done
 "$bench" upstream --port "$up" --max-secs 3600 2>/dev/null &
 up_pid=$!
 trap 'kill "$up_pid" ${envoy_pid:-} 2>/dev/null || true; rm -rf "$work"' EXIT
-listener() { # name port filter-yaml
-    cat <<X
-  - name: $1
-    address: { socket_address: { address: 127.0.0.1, port_value: $2 } }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: $1
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes: [$extra_routes{ match: { prefix: "/" }, route: { cluster: upstream } }]
-          http_filters:
-$3
-          - name: envoy.filters.http.router
-            typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
-X
-}
+# shellcheck source=bench/envoy-yaml.sh
+source "$root/bench/envoy-yaml.sh"
 probe_filter() { # mode
     cat <<X
           - name: probe
@@ -77,17 +58,9 @@ X
 {
     printf 'admin:\n  address: { socket_address: { address: 127.0.0.1, port_value: %s } }\n' "$admin"
     printf 'static_resources:\n  listeners:\n'
-    listener none "$none" ""
-    for m in "${modes[@]}"; do listener "mode_$m" "${ports[$m]}" "$(probe_filter "$m")"; done
-    cat <<X
-  clusters:
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: upstream
-      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: $up } } } }] }]
-X
+    envoy_listener none "$none" "" "$extra_routes"
+    for m in "${modes[@]}"; do envoy_listener "mode_$m" "${ports[$m]}" "$(probe_filter "$m")" "$extra_routes"; done
+    envoy_upstream_cluster "$up"
 } >"$work/envoy.yaml"
 envoy -c "$work/envoy.yaml" --concurrency 1 --disable-hot-restart --log-level warn \
     --log-path "$work/envoy.log" </dev/null >/dev/null 2>&1 &
