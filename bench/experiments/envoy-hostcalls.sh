@@ -2,7 +2,7 @@
 # EXPERIMENT (not run by scripts/bench.sh or CI): what each proxy-wasm host
 # call costs in real Envoy (V8). With bench/experiments/envoy-hostcalls.patch
 # applied, bench/empty-filter calls one host function per request
-# (PROBE_REPEAT times, or once for modes 11 and 12; see its source). One
+# (PROBE_REPEAT times, or once for modes 11 to 13; see its source). One
 # Envoy, one listener per mode plus one without a filter, in front of
 # `tfa-bench upstream`; rounds of wrk runs alternate the listeners. Prints
 # one line per run: round, concurrency, listener, Envoy's CPU per request
@@ -25,10 +25,18 @@ extra_routes=""
 for i in $(seq 1 "${EXTRA_ROUTES:-0}"); do
     extra_routes+="{ match: { prefix: \"/never-$i/\" }, route: { cluster: upstream } }, "
 done
+# Mode 13 sets its three claims as filter state; its listener's route turns
+# them into request headers (and removes client-sent copies) as the router
+# forwards the request, so no filter changes the headers.
+adds=""
+for kv in x-user-id:tfa_user x-session-id:tfa_session x-user-mfa:tfa_mfa; do
+    adds+="${adds:+, }{ header: { key: ${kv%%:*}, value: \"%FILTER_STATE(wasm.${kv#*:}:PLAIN)%\" }, append_action: OVERWRITE_IF_EXISTS_OR_ADD }"
+done
+state_route="{ match: { prefix: \"/\" }, route: { cluster: upstream }, request_headers_to_remove: [x-user-id, x-session-id, x-user-mfa], request_headers_to_add: [$adds] }, "
 bench=target/host/tfa-bench
 probe="$root/target/wasm32-wasip1/release/tfa_bench_empty_filter.wasm"
 lua=bench/lua/bench.lua
-modes=(${MODES:-0 1 2 3 4 5 6 11 12})
+modes=(${MODES:-0 1 2 3 4 5 6 11 12 13})
 work=$(mktemp -d)
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 up=$(port); admin=$(port); none=$(port)
@@ -59,7 +67,11 @@ X
     printf 'admin:\n  address: { socket_address: { address: 127.0.0.1, port_value: %s } }\n' "$admin"
     printf 'static_resources:\n  listeners:\n'
     envoy_listener none "$none" "" "$extra_routes"
-    for m in "${modes[@]}"; do envoy_listener "mode_$m" "${ports[$m]}" "$(probe_filter "$m")" "$extra_routes"; done
+    for m in "${modes[@]}"; do
+        routes=$extra_routes
+        [ "$m" = 13 ] && routes="$state_route$extra_routes"
+        envoy_listener "mode_$m" "${ports[$m]}" "$(probe_filter "$m")" "$routes"
+    done
     envoy_upstream_cluster "$up"
 } >"$work/envoy.yaml"
 envoy -c "$work/envoy.yaml" --concurrency 1 --disable-hot-restart --log-level warn \
