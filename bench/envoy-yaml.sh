@@ -2,10 +2,11 @@
 # bench/experiments/envoy-hostcalls.sh: a listener on 127.0.0.1 in front of
 # the cluster `upstream`, and that cluster. Sourced; defines functions only.
 
-# envoy_listener NAME PORT HTTP_FILTERS_YAML [EXTRA_ROUTES_YAML]
+# envoy_listener NAME PORT HTTP_FILTERS_YAML [EXTRA_ROUTES_YAML [CATCH_ALL_YAML]]
 # One listener named NAME on 127.0.0.1:PORT: the given HTTP filters, then the
 # router, every path to `upstream`. EXTRA_ROUTES_YAML (flow-style route
-# entries, each followed by ", ") goes before the catch-all route.
+# entries, each followed by ", ") goes before the catch-all route;
+# CATCH_ALL_YAML (flow-style fields) is added to the catch-all route itself.
 envoy_listener() {
     cat <<EOF
   - name: $1
@@ -20,7 +21,7 @@ envoy_listener() {
             virtual_hosts:
             - name: all
               domains: ["*"]
-              routes: [${4:-}{ match: { prefix: "/" }, route: { cluster: upstream } }]
+              routes: [${4:-}{ match: { prefix: "/" }, route: { cluster: upstream }${5:+, $5} }]
           http_filters:
 $3
           - name: envoy.filters.http.router

@@ -25,14 +25,15 @@ extra_routes=""
 for i in $(seq 1 "${EXTRA_ROUTES:-0}"); do
     extra_routes+="{ match: { prefix: \"/never-$i/\" }, route: { cluster: upstream } }, "
 done
-# Mode 13 sets its three claims as filter state; its listener's route turns
-# them into request headers (and removes client-sent copies) as the router
-# forwards the request, so no filter changes the headers.
-adds=""
+# Mode 13 sets its three claims as filter state; its listener's catch-all
+# route turns them into request headers (and removes client-sent copies) as
+# the router forwards the request, so no filter changes the headers.
+adds=""; removes=""
 for kv in x-user-id:tfa_user x-session-id:tfa_session x-user-mfa:tfa_mfa; do
     adds+="${adds:+, }{ header: { key: ${kv%%:*}, value: \"%FILTER_STATE(wasm.${kv#*:}:PLAIN)%\" }, append_action: OVERWRITE_IF_EXISTS_OR_ADD }"
+    removes+="${removes:+, }${kv%%:*}"
 done
-state_route="{ match: { prefix: \"/\" }, route: { cluster: upstream }, request_headers_to_remove: [x-user-id, x-session-id, x-user-mfa], request_headers_to_add: [$adds] }, "
+state_headers="request_headers_to_remove: [$removes], request_headers_to_add: [$adds]"
 bench=target/host/tfa-bench
 probe="$root/target/wasm32-wasip1/release/tfa_bench_empty_filter.wasm"
 lua=bench/lua/bench.lua
@@ -68,9 +69,9 @@ X
     printf 'static_resources:\n  listeners:\n'
     envoy_listener none "$none" "" "$extra_routes"
     for m in "${modes[@]}"; do
-        routes=$extra_routes
-        [ "$m" = 13 ] && routes="$state_route$extra_routes"
-        envoy_listener "mode_$m" "${ports[$m]}" "$(probe_filter "$m")" "$routes"
+        catch_all=""
+        [ "$m" = 13 ] && catch_all=$state_headers
+        envoy_listener "mode_$m" "${ports[$m]}" "$(probe_filter "$m")" "$extra_routes" "$catch_all"
     done
     envoy_upstream_cluster "$up"
 } >"$work/envoy.yaml"
