@@ -6,6 +6,7 @@
 //! concurrency; a data directory never opened by the wrong engine.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
@@ -16,8 +17,13 @@ use tfa_host::logkv::{LogKv, Options, LOG_DIR};
 struct TempDir(PathBuf);
 
 impl TempDir {
+    /// A fresh directory, never a path this process used before: a store
+    /// dropped moments ago may still have its background threads' SQLite
+    /// connections open on the files of the path it had.
     fn new(name: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("tfa-logkv-{name}-{}", std::process::id()));
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("tfa-logkv-{name}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
