@@ -572,9 +572,9 @@ impl SqliteKv {
         });
         synced.map_err(|e| KvError(format!("sqlite: cannot sync {}: {e}", wal_path.display())))?;
         let sync = WalSync::start(wal)?;
-        // The `-shm` file exists now: the connections above have read the
+        // The log's index exists now: the connections above have read the
         // database in WAL mode.
-        let cache = ReadCache::open(&sibling(path, "-shm")).map(Arc::new);
+        let cache = ReadCache::open(connect(path, wal_limit)?).map(Arc::new);
         if cache.is_none() {
             eprintln!(
                 "tfa-host: {}: the log's index cannot be mapped; reads are not cached",

@@ -55,7 +55,6 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -112,11 +111,12 @@ pub enum Lookup {
 pub struct Ticket(u64);
 
 impl ReadCache {
-    /// A cache for the database whose `-shm` file is `shm_path` (it exists
-    /// once a connection in WAL mode has read the database). `None` when
-    /// the file cannot be mapped: the store then reads SQLite every time.
-    pub fn open(shm_path: &Path) -> Option<ReadCache> {
-        let shm = ShmHeader::map(shm_path)?;
+    /// A cache for the database `conn` has open in WAL mode; the cache
+    /// keeps the connection, unused, for the mapping of the log's index it
+    /// reads (see [`ShmHeader`]). `None` when the index cannot be mapped:
+    /// the store then reads SQLite every time.
+    pub fn open(conn: rusqlite::Connection) -> Option<ReadCache> {
+        let shm = ShmHeader::map(conn)?;
         let header = shm.read()?;
         Some(ReadCache {
             state: Mutex::new(State {
@@ -278,42 +278,78 @@ fn salts(h: &[u8; HEADER]) -> &[u8] {
     &h[32..40]
 }
 
-/// A read-only shared mapping of the first page of a `-shm` file.
+/// The start of the log's index as SQLite itself maps it for one
+/// connection of the cache's own.
+///
+/// The cache never opens the `-shm` file itself: POSIX record locks belong
+/// to the process, and closing *any* descriptor of a file drops every lock
+/// the process holds on it. Until 2026-12-06 the cache opened the file,
+/// mapped it and closed its descriptor, which dropped the shared lock that
+/// tells other processes the index is in use. A process opening the
+/// database after that (the `sqlite3` shell, a backup) could believe it was
+/// the first, and rebuild or truncate the index under this host's feet; and
+/// this store's last connection, closing, could not always clean up its log.
 struct ShmHeader {
+    /// SQLite's mapping of the index's first 32 KiB region.
     ptr: *const u8,
-    len: usize,
+    /// The connection that mapping belongs to: SQLite keeps it mapped, and
+    /// its locks held, until the connection closes. Never used after
+    /// [`ShmHeader::map`]; the mutex only makes it `Sync`.
+    _conn: Mutex<rusqlite::Connection>,
 }
 
-// The mapping is only read, with volatile reads, and unmapped on drop.
+// The mapping is only read, with volatile reads, and lives as long as the
+// connection beside it.
 unsafe impl Send for ShmHeader {}
 unsafe impl Sync for ShmHeader {}
 
+/// Bytes of one region of the log's index: SQLite maps it in regions of
+/// this size (`WALINDEX_PGSZ`), and asks for no other.
+const SHM_REGION: std::ffi::c_int = 32 * 1024;
+
 impl ShmHeader {
-    fn map(path: &Path) -> Option<ShmHeader> {
-        use std::os::fd::AsRawFd;
-        let file = std::fs::File::open(path).ok()?;
-        let len = 4096;
-        if file.metadata().ok()?.len() < len as u64 {
-            return None;
-        }
-        // SAFETY: a fresh read-only shared mapping of an open file; the
-        // pointer is checked and only read through `read_volatile`.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
+    /// Maps the index of the database `conn` has open in WAL mode, through
+    /// SQLite's own shared-memory method; `None` when the VFS has none or
+    /// the index does not exist yet.
+    fn map(conn: rusqlite::Connection) -> Option<ShmHeader> {
+        use rusqlite::ffi;
+        // A read transaction opens the log and maps its index.
+        conn.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))
+            .ok()?;
+        let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
+        // SAFETY: `conn` is open and used by no one else; the file-pointer
+        // control writes the main database's `sqlite3_file` into `file`.
+        let rc = unsafe {
+            ffi::sqlite3_file_control(
+                conn.handle(),
+                c"main".as_ptr(),
+                ffi::SQLITE_FCNTL_FILE_POINTER,
+                (&raw mut file).cast(),
             )
         };
-        if ptr == libc::MAP_FAILED {
+        if rc != ffi::SQLITE_OK || file.is_null() {
             return None;
         }
-        Some(ShmHeader {
-            ptr: ptr as *const u8,
-            len,
+        // SAFETY: `file` is the open database file SQLite just gave; its
+        // methods table is SQLite's and outlives the connection. Version 2
+        // and above have the shared-memory methods. Region 0 is mapped
+        // already (the read above), so this only returns it; `bExtend` 0
+        // never grows the file.
+        let region = unsafe {
+            let methods = (*file).pMethods;
+            if methods.is_null() || (*methods).iVersion < 2 {
+                return None;
+            }
+            let shm_map = (*methods).xShmMap?;
+            let mut region: *mut std::ffi::c_void = std::ptr::null_mut();
+            if shm_map(file, 0, SHM_REGION, 0, &raw mut region) != ffi::SQLITE_OK {
+                return None;
+            }
+            region
+        };
+        (!region.is_null()).then(|| ShmHeader {
+            ptr: region.cast_const().cast(),
+            _conn: Mutex::new(conn),
         })
     }
 
@@ -323,9 +359,9 @@ impl ShmHeader {
         let copy = |at: usize| {
             let mut out = [0u8; HEADER];
             for (i, b) in out.iter_mut().enumerate() {
-                // SAFETY: `at + i < 2 * HEADER <= self.len`, inside the
-                // mapping; another process may write it at any time, hence
-                // volatile.
+                // SAFETY: `at + i < 2 * HEADER`, inside the mapped region;
+                // another connection or process may write it at any time,
+                // hence volatile.
                 *b = unsafe { std::ptr::read_volatile(self.ptr.add(at + i)) };
             }
             out
@@ -337,21 +373,13 @@ impl ShmHeader {
     }
 }
 
-impl Drop for ShmHeader {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`, unmapped once.
-        unsafe {
-            libc::munmap(self.ptr as *mut libc::c_void, self.len);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     //! The writer's steps driven by hand on real SQLite connections: what
     //! `end` keeps depends on reading SQLite's header where its file format
     //! puts it.
     use super::*;
+    use std::path::Path;
     use std::sync::atomic::AtomicU32;
 
     /// The frame count of the last commit of a connection with [`hook`].
@@ -422,7 +450,7 @@ mod tests {
         set(&ours, "b", "1");
         ours.wal_hook(Some(hook));
         let theirs = open(&dir);
-        let cache = ReadCache::open(&dir.join("db-shm")).expect("the -shm file maps");
+        let cache = ReadCache::open(open(&dir)).expect("the index maps");
         assert_eq!(read(&cache, &ours, "a"), ("1".into(), false));
         assert_eq!(read(&cache, &ours, "a"), ("1".into(), true));
         assert_eq!(read(&cache, &ours, "b"), ("1".into(), false));

@@ -117,6 +117,49 @@ fn a_write_by_another_connection_is_seen_at_once() {
     assert_eq!(kv.get("k").unwrap().as_deref(), Some(&b"x"[..]));
 }
 
+/// Whether a process other than this one would find the log's index in
+/// use: SQLite holds a shared lock on its "dead man's switch" byte (byte
+/// 128 of the `-shm` file in the unix VFS) while any connection has the
+/// index open, and a process that can lock that byte exclusively believes
+/// it is the first and rebuilds the index. An open file description lock
+/// (`F_OFD_GETLK`) conflicts with this process's own record locks, so the
+/// question can be asked from here. `shm` must stay open until the store's
+/// connections have closed: closing a descriptor of the file would drop
+/// this process's locks on it, the very fault this looks for.
+fn index_in_use(shm: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain `flock` value, filled in by the call.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = 128;
+    lock.l_len = 1;
+    // SAFETY: an open descriptor and a valid `flock`.
+    let rc = unsafe { libc::fcntl(shm.as_raw_fd(), libc::F_OFD_GETLK, &raw mut lock) };
+    assert_eq!(rc, 0, "F_OFD_GETLK: {}", std::io::Error::last_os_error());
+    lock.l_type != libc::F_UNLCK as libc::c_short
+}
+
+/// The cache reads SQLite's index without taking SQLite's locks on it away
+/// (until 2026-12-06 it mapped the file through a descriptor of its own
+/// and closed it, which dropped them all): another process that opens the
+/// database while the store is open finds the index in use.
+#[test]
+fn the_index_stays_locked_while_the_store_is_open() {
+    let dir = TempDir::new("locked");
+    let kv = SqliteKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap();
+    let shm = std::fs::File::open(dir.0.join("kv.sqlite3-shm")).unwrap();
+    assert!(index_in_use(&shm), "right after the open");
+    for i in 0..50u8 {
+        kv.set("k", &[i]).unwrap();
+        assert_eq!(read_cached(&kv, "k"), Some(vec![i]));
+        kv.increment("n", 1).unwrap();
+    }
+    assert!(kv.cache_hits() > 0, "the cache was in use");
+    assert!(index_in_use(&shm), "after reads and writes");
+    drop(kv);
+}
+
 #[test]
 fn two_handles_of_one_file_see_each_others_writes() {
     let dir = TempDir::new("handles");
