@@ -262,6 +262,35 @@ pub struct SqliteKv {
     /// Values read, kept while nobody changes them ([`crate::readcache`]);
     /// `None` when the `-shm` file could not be mapped.
     cache: Option<Arc<ReadCache>>,
+    /// The writer thread, then the checkpointer: joined in that order when
+    /// the store is dropped.
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for SqliteKv {
+    /// Closes the store before it returns: the readers' connections, then
+    /// the writer's once it has committed every write queued before, then
+    /// the checkpointer's, and last the read cache's (with the fields).
+    /// SQLite's last close copies the log into the database file and
+    /// removes it, so the file is whole on its own and the same path opens
+    /// again at once. (Until 2026-12-06 the two threads went on alone: a
+    /// store opened on the same path moments later could meet their
+    /// connections still open, and failed its open about once in a hundred
+    /// times with `disk I/O error`.) A caller that needs the writes durable
+    /// waits for [`KvBackend::durable`] first, as the host does when it
+    /// stops.
+    fn drop(&mut self) {
+        if let Ok(pool) = self.pool.get_mut() {
+            pool.clear();
+        }
+        // The writer ends once its queue has no sender left and is empty;
+        // the checkpointer once the writer has gone with its nudges.
+        let (closed, _) = std::sync::mpsc::channel();
+        drop(std::mem::replace(&mut self.jobs, closed));
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// What the writer thread is asked to do.
@@ -582,29 +611,32 @@ impl SqliteKv {
             );
         }
         let writer_cache = cache.clone();
-        let kv = SqliteKv {
-            path: path.to_path_buf(),
-            pool: Mutex::new(vec![conn]),
-            jobs,
-            sync: sync.clone(),
-            emulation,
-            wal_limit,
-            cache,
-        };
         let checkpointer = connect(path, wal_limit)?;
         checkpointer.busy_handler(Some(restart_busy))?;
         let (nudge, nudges) = std::sync::mpsc::sync_channel(1);
         let gate = WriterGate::default();
         let writer_gate = gate.clone();
-        std::thread::Builder::new()
+        let checkpointing = std::thread::Builder::new()
             .name("tfa-kv-checkpoint".into())
             .spawn(move || checkpoint_loop(checkpointer, nudges, gate, restart_frames))
             .map_err(|e| KvError(format!("sqlite: cannot start the checkpointer: {e}")))?;
-        std::thread::Builder::new()
+        let writing = std::thread::Builder::new()
             .name("tfa-kv-writer".into())
-            .spawn(move || writer_loop(writer, queue, sync, nudge, writer_gate, writer_cache))
+            .spawn({
+                let sync = sync.clone();
+                move || writer_loop(writer, queue, sync, nudge, writer_gate, writer_cache)
+            })
             .map_err(|e| KvError(format!("sqlite: cannot start the writer thread: {e}")))?;
-        Ok(kv)
+        Ok(SqliteKv {
+            path: path.to_path_buf(),
+            pool: Mutex::new(vec![conn]),
+            jobs,
+            sync,
+            emulation,
+            wal_limit,
+            cache,
+            threads: vec![writing, checkpointing],
+        })
     }
 
     /// Reads answered from the read cache so far ([`crate::readcache`]);

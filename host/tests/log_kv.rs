@@ -17,9 +17,8 @@ use tfa_host::logkv::{LogKv, Options, LOG_DIR};
 struct TempDir(PathBuf);
 
 impl TempDir {
-    /// A fresh directory, never a path this process used before: a store
-    /// dropped moments ago may still have its background threads' SQLite
-    /// connections open on the files of the path it had.
+    /// A fresh directory, never a path this process used before (a test
+    /// may make several of one name).
     fn new(name: &str) -> TempDir {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);

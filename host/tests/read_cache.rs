@@ -158,6 +158,10 @@ fn the_index_stays_locked_while_the_store_is_open() {
     assert!(kv.cache_hits() > 0, "the cache was in use");
     assert!(index_in_use(&shm), "after reads and writes");
     drop(kv);
+    assert!(
+        !index_in_use(&shm),
+        "the closed store still holds the index"
+    );
 }
 
 #[test]

@@ -208,9 +208,17 @@ fn serves_the_component() {
         .collect();
     assert!(handles.into_iter().all(|h| h.join().unwrap()));
 
-    // SIGTERM stops it cleanly.
+    // SIGTERM stops it cleanly, and closes the store: SQLite's last close
+    // copies the write-ahead log into the database file and removes it.
+    let wal = data.join("kv.sqlite3-wal");
+    assert!(wal.exists(), "the running host's store has its log");
     let status = host.terminate();
     assert!(status.success(), "exit status {status:?}");
+    assert!(data.join("kv.sqlite3").exists());
+    assert!(
+        !wal.exists(),
+        "the stopped host left its store's log behind"
+    );
 
     // A second start loads the compiled component from the cache.
     let host = Host::start(&wasm, &data);

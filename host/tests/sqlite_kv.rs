@@ -159,6 +159,30 @@ fn data_survives_reopening() {
     assert_eq!(mode, "wal");
 }
 
+/// Dropping the store closes its file before the drop returns: the last
+/// connection's close has copied the log into the database and removed it,
+/// and the same path opens again at once with everything written. (With the
+/// writer and checkpointer threads left to end on their own, the log was
+/// still there after the drop, and an open right after it failed now and
+/// then with `disk I/O error`.)
+#[test]
+fn a_dropped_store_has_closed_its_file() {
+    let dir = TempDir::new("closed");
+    let wal = dir.0.join("kv.sqlite3-wal");
+    for round in 0..40u8 {
+        let kv = SqliteKv::open_dir(&dir.0, KvEmulation::None).unwrap();
+        assert!(wal.exists(), "round {round}: an open store has its log");
+        if round > 0 {
+            assert_eq!(kv.get("last").unwrap(), Some(vec![round - 1]));
+            assert_eq!(kv.increment("rounds", 0).unwrap(), i64::from(round));
+        }
+        kv.set("last", &[round]).unwrap();
+        kv.increment("rounds", 1).unwrap();
+        drop(kv);
+        assert!(!wal.exists(), "round {round}: the log outlived the store");
+    }
+}
+
 #[test]
 fn failing_wrapper_fails_from_the_nth_operation() {
     let dir = TempDir::new("failing");
