@@ -5,8 +5,7 @@
 //! process per directory; atomic counters and compare-and-swap under
 //! concurrency; a data directory never opened by the wrong engine.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
@@ -14,26 +13,8 @@ use std::time::Duration;
 use tfa_host::kv::{open_store, KvBackend, KvEmulation, KvEngine, KvFuture, SqliteKv, WriteOp};
 use tfa_host::logkv::{LogKv, Options, LOG_DIR};
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    /// A fresh directory, never a path this process used before (a test
-    /// may make several of one name).
-    fn new(name: &str) -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let p = std::env::temp_dir().join(format!("tfa-logkv-{name}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod support;
+use support::TempDir;
 
 fn wait(f: Option<KvFuture<()>>) {
     if let Some(f) = f {

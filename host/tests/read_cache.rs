@@ -3,7 +3,6 @@
 //! store's own writes, another handle of the same file (as a second host
 //! process would be), or any other connection (the `sqlite3` shell).
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -11,26 +10,8 @@ use std::thread;
 use tfa_host::kv::{KvBackend, KvEmulation, SqliteKv, WriteOp};
 use tfa_host::readcache::MAX_VALUE;
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("tfa-cache-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    fn db(&self) -> PathBuf {
-        self.0.join("kv.sqlite3")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod support;
+use support::TempDir;
 
 /// Reads `key` three times and checks that the last read came from the
 /// cache (the first read after someone else's commit drops the cache and

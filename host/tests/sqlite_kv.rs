@@ -5,28 +5,13 @@
 //! on a missing key writes, get-many answers existing keys only), and data
 //! written in the old format keeps working.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::thread;
 
 use tfa_host::kv::{FailingKv, KvBackend, KvEmulation, SqliteKv, WriteOp};
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("tfa-host-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod support;
+use support::TempDir;
 
 #[test]
 fn concurrent_increments_are_not_lost() {

@@ -1,8 +1,10 @@
-//! Shared by the operating tests (`limits.rs`, `logs.rs`, `metrics.rs`):
-//! the test floor component and a `tfa-host` process started and stopped
-//! by the test, on 127.0.0.1.
+//! Shared by the host's tests: the test floor component and a `tfa-host`
+//! process started and stopped by the test, on 127.0.0.1 (the operating
+//! tests: `limits.rs`, `logs.rs`, `metrics.rs`, ...), and temporary
+//! directories for the stores' tests.
 
 #![allow(dead_code)] // each test file uses a part
+#![allow(clippy::disallowed_methods)] // it waits for the host by the clock
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -325,4 +327,31 @@ pub fn metric_value(text: &str, name: &str, labels: &[&str]) -> f64 {
         .filter(|l| labels.iter().all(|x| l.contains(x)))
         .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
         .sum()
+}
+
+/// A fresh directory under the system's temporary one, removed on drop;
+/// never a path this process used before (a test may make several of one
+/// name).
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("tfa-test-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    /// The SQLite store's database file in it.
+    pub fn db(&self) -> PathBuf {
+        self.0.join("kv.sqlite3")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
