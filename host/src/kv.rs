@@ -260,7 +260,7 @@ pub struct SqliteKv {
     /// `journal_size_limit` of the connections it opens.
     wal_limit: i64,
     /// Values read, kept while nobody changes them ([`crate::readcache`]);
-    /// `None` when the `-shm` file could not be mapped.
+    /// `None` when the log's index could not be mapped.
     cache: Option<Arc<ReadCache>>,
     /// The writer thread, then the checkpointer: joined in that order when
     /// the store is dropped.

@@ -22,8 +22,9 @@
 //!   checksums, and salts that change when the log starts over; SQLite's
 //!   file format, "WAL-Index Format"). The cache remembers the header as
 //!   this store's own last commit left it, and every read compares the
-//!   current one (from a shared read-only mapping of the file, both copies,
-//!   as SQLite's own readers read it without a lock): when they differ and
+//!   current one (from SQLite's own mapping of the file, through a
+//!   connection the cache keeps, see `ShmHeader`; both copies, as SQLite's
+//!   own readers read it without a lock): when they differ and
 //!   no batch of ours is committing, someone else has committed, and the
 //!   whole cache is dropped before anything is answered from it.
 //!
@@ -46,7 +47,7 @@
 //!    ([`ReadCache::fill`]), which keeps it if the epoch and the header are
 //!    still those of the lookup.
 //!
-//! Anything unexpected (the `-shm` file cannot be mapped, the two copies of
+//! Anything unexpected (the index cannot be mapped, the two copies of
 //! the header differ because a commit is writing them) sends the read to
 //! SQLite, so the cache can make a read cheaper, never different. It holds
 //! at most [`SLOTS`] values of at most [`MAX_VALUE`] bytes (direct-mapped on
@@ -113,7 +114,7 @@ pub struct Ticket(u64);
 impl ReadCache {
     /// A cache for the database `conn` has open in WAL mode; the cache
     /// keeps the connection, unused, for the mapping of the log's index it
-    /// reads (see [`ShmHeader`]). `None` when the index cannot be mapped:
+    /// reads (see `ShmHeader`). `None` when the index cannot be mapped:
     /// the store then reads SQLite every time.
     pub fn open(conn: rusqlite::Connection) -> Option<ReadCache> {
         let shm = ShmHeader::map(conn)?;
