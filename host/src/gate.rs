@@ -34,7 +34,7 @@ use crate::metrics::GaugeGuard;
 /// 19 MiB (and at least 8 MiB at OWASP's lowest recommended settings).
 pub const HEAVY_MEMORY: usize = 4 << 20;
 
-/// Default of `MAX_HEAVY_INSTANCES`: [`heavy_instances_for`] this
+/// Default of `MAX_HEAVY_INSTANCES`: `heavy_instances_for` this
 /// machine's cores.
 pub fn default_heavy_instances() -> usize {
     heavy_instances_for(std::thread::available_parallelism().map_or(1, |n| n.get()))

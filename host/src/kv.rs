@@ -5,7 +5,8 @@
 //! seen by the other, as in Spin.
 //!
 //! * [`SqliteKv`] (default): one file `kv.sqlite3` in `DATA_DIR`, WAL mode,
-//!   a small pool of connections for reads (with a bounded cache of the
+//!   one rowid table keyed by a unique index (`SQLITE_TABLE`; a store whose
+//!   table is still `WITHOUT ROWID` is converted when it opens), a small pool of connections for reads (with a bounded cache of the
 //!   values `get` read, which no write by anyone can leave stale:
 //!   [`crate::readcache`]), and one writer thread that
 //!   commits the writes waiting for it together (one transaction for every
@@ -379,7 +380,7 @@ pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
 /// verifications a second (two hosts on the same disk, five alternating
 /// runs; 8 % at 65,536); on tmpfs, where the sync costs nothing, no change
 /// beyond the machine's noise. The price is the log's file: up to twice
-/// this on disk ([`wal_size_limit`]).
+/// this on disk (`wal_size_limit`).
 pub const RESTART_FRAMES: i64 = 16384;
 
 /// What the log file is cut back to when it starts over
@@ -536,6 +537,56 @@ fn in_savepoint<T>(c: &Connection, f: impl FnOnce(&Connection) -> KvResult<T>) -
     out
 }
 
+/// The store's table: a rowid table, with `key` in its own unique index.
+/// Until 2026-12-06 it was `WITHOUT ROWID` (one b-tree ordered by `key`),
+/// which SQLite recommends only for rows much smaller than a page: its
+/// interior pages hold whole rows, and a row above about 1,000 bytes (a
+/// user record is 1.5 KiB) spills into an overflow page. Here the index holds
+/// only the keys and the table's pages up to about 4,000 bytes of a row, so a
+/// lookup and a write touch fewer pages (docs/decisions.md, "A rowid table").
+const SQLITE_TABLE: &str = "CREATE TABLE IF NOT EXISTS kv (
+     key   TEXT PRIMARY KEY NOT NULL,
+     value BLOB NOT NULL
+ );";
+
+/// Moves the records of a store whose table is still `WITHOUT ROWID` into
+/// [`SQLITE_TABLE`]'s form, all in one transaction (so a crash leaves the
+/// old table whole, and a second host opening the file at the same moment
+/// waits and finds the work done); how many it moved, `None` when the table
+/// has the current form. The old table's pages go to SQLite's free list and
+/// are reused by later writes (`VACUUM` with the host stopped gives them
+/// back to the file system).
+fn from_without_rowid(conn: &Connection) -> KvResult<Option<usize>> {
+    let without_rowid = |c: &Connection| {
+        c.query_row(
+            "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = 'kv'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .optional()
+        .map(|wr| wr == Some(1))
+    };
+    if !without_rowid(conn)? {
+        return Ok(None);
+    }
+    let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+    if !without_rowid(&tx)? {
+        return Ok(None);
+    }
+    tx.execute_batch(
+        "CREATE TABLE kv_rowid (
+             key   TEXT PRIMARY KEY NOT NULL,
+             value BLOB NOT NULL
+         );
+         INSERT INTO kv_rowid (key, value) SELECT key, value FROM kv ORDER BY key;
+         DROP TABLE kv;
+         ALTER TABLE kv_rowid RENAME TO kv;",
+    )?;
+    let moved = tx.query_row("SELECT count(*) FROM kv", [], |r| r.get::<_, i64>(0))?;
+    tx.commit()?;
+    Ok(Some(usize::try_from(moved).unwrap_or(0)))
+}
+
 /// The SQLite store's file in `DATA_DIR` (beside the log store's folder,
 /// [`crate::logkv::LOG_DIR`]).
 pub const SQLITE_FILE: &str = "kv.sqlite3";
@@ -569,12 +620,13 @@ impl SqliteKv {
         let (jobs, queue) = std::sync::mpsc::channel();
         let wal_limit = wal_size_limit(restart_frames);
         let conn = connect(path, wal_limit)?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS kv (
-                 key   TEXT PRIMARY KEY NOT NULL,
-                 value BLOB NOT NULL
-             ) WITHOUT ROWID;",
-        )?;
+        conn.execute_batch(SQLITE_TABLE)?;
+        if let Some(n) = from_without_rowid(&conn)? {
+            eprintln!(
+                "tfa-host: {}: moved {n} records into a rowid table (the table was WITHOUT ROWID)",
+                path.display()
+            );
+        }
         if emulation == KvEmulation::Spin402 {
             let n = le_counters(&conn)?;
             if n > 0 {

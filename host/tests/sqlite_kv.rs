@@ -142,6 +142,95 @@ fn data_survives_reopening() {
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
     assert_eq!(mode, "wal");
+    assert!(
+        !without_rowid(&dir.0),
+        "a new store's table is a rowid table"
+    );
+}
+
+/// Whether the store's table in `dir` is `WITHOUT ROWID` (the form before
+/// 2026-12-06).
+fn without_rowid(dir: &std::path::Path) -> bool {
+    let conn = rusqlite::Connection::open(dir.join("kv.sqlite3")).unwrap();
+    let wr: i64 = conn
+        .query_row(
+            "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = 'kv'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    wr == 1
+}
+
+/// A store created before 2026-12-06 has a `WITHOUT ROWID` table. Two hosts
+/// opening it at the same moment move its records into a rowid table once
+/// (one of them does, the other waits and finds it done), and every record
+/// reads as before: values larger than a page, empty ones, Spin's counters.
+#[test]
+fn a_without_rowid_store_moves_into_a_rowid_table() {
+    let dir = TempDir::new("without-rowid");
+    let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    let user = |i: u32| (format!("user:{i:04}"), vec![(i % 256) as u8; 1_500]);
+    {
+        let c = rusqlite::Connection::open(dir.0.join("kv.sqlite3")).unwrap();
+        let mode: String = c
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        c.execute_batch(
+            "CREATE TABLE kv (key TEXT PRIMARY KEY NOT NULL, value BLOB NOT NULL) WITHOUT ROWID;",
+        )
+        .unwrap();
+        let mut st = c
+            .prepare("INSERT INTO kv (key, value) VALUES (?1, ?2)")
+            .unwrap();
+        for i in 0..500 {
+            let (k, v) = user(i);
+            st.execute(rusqlite::params![k, v]).unwrap();
+        }
+        st.execute(rusqlite::params!["big", big]).unwrap();
+        st.execute(rusqlite::params!["counter", 41i64.to_le_bytes().to_vec()])
+            .unwrap();
+        st.execute(rusqlite::params!["empty", Vec::<u8>::new()])
+            .unwrap();
+    }
+    assert!(without_rowid(&dir.0));
+    let start = Arc::new(Barrier::new(2));
+    let opened: Vec<SqliteKv> = (0..2)
+        .map(|_| {
+            let (start, dir) = (start.clone(), dir.0.clone());
+            thread::spawn(move || {
+                start.wait();
+                SqliteKv::open_dir(&dir, KvEmulation::Spin402).unwrap()
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    assert!(!without_rowid(&dir.0));
+    for kv in &opened {
+        for i in 0..500 {
+            let (k, v) = user(i);
+            assert_eq!(kv.get(&k).unwrap(), Some(v), "{k}");
+        }
+        assert_eq!(kv.get("big").unwrap(), Some(big.clone()));
+        assert_eq!(kv.get("empty").unwrap(), Some(Vec::new()));
+        assert_eq!(kv.keys().unwrap().len(), 503);
+    }
+    assert_eq!(opened[0].increment("counter", 1).unwrap(), 42);
+    assert_eq!(opened[1].increment("counter", 1).unwrap(), 43);
+    opened[1].set("new", b"v").unwrap();
+    opened[0].delete("user:0000").unwrap();
+    drop(opened);
+    // Reopened: nothing to move, nothing lost.
+    let kv = SqliteKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap();
+    assert!(!without_rowid(&dir.0));
+    assert_eq!(kv.increment("counter", 0).unwrap(), 43);
+    assert_eq!(kv.get("new").unwrap(), Some(b"v".to_vec()));
+    assert_eq!(kv.get("user:0000").unwrap(), None);
+    assert_eq!(kv.get("user:0499").unwrap(), Some(user(499).1));
+    assert_eq!(kv.keys().unwrap().len(), 503);
 }
 
 /// Dropping the store closes its file before the drop returns: the last
