@@ -151,6 +151,12 @@ def main():
         w("the more trustworthy numbers.\n")
     w("The load generator (wrk, or the driver for the 2FA flow) runs on the same two cores as")
     w("the server, so throughput at concurrency 32 is what is left after the client's share.\n")
+    w("**Two machines.** The full runs up to 2026-12-06 13:23 UTC ran on a slower machine of")
+    w("the same kind (2 cores of an AMD EPYC, 24 GiB); the run of 2026-12-06 16:02 UTC on a")
+    w("faster one (AMD EPYC family 26, 32 MiB of L3; hyper 171,697/s at concurrency 32 there")
+    w("against 96,689/s before). Ratios moved with the machine, not only absolute figures: the")
+    w("floor gained more than the component's per-request work did. Experiments quoted")
+    w("below with an earlier date, and their figures, are the earlier machine's.\n")
 
     # ---------------------------------------------------------------- data
     profiles = {r["workload"]: r for r in by.get("profile", []) if r["requests"] > 0 and r["samples"] > 0}

@@ -6,7 +6,8 @@
 //!
 //! * [`SqliteKv`] (default): one file `kv.sqlite3` in `DATA_DIR`, WAL mode,
 //!   one rowid table keyed by a unique index (`SQLITE_TABLE`; a store whose
-//!   table is still `WITHOUT ROWID` is converted when it opens), a small pool of connections for reads (with a bounded cache of the
+//!   table is still `WITHOUT ROWID` is converted when it opens), a small
+//!   pool of connections for reads (with a bounded cache of the
 //!   values `get` read, which no write by anyone can leave stale:
 //!   [`crate::readcache`]), and one writer thread that
 //!   commits the writes waiting for it together (one transaction for every
