@@ -1365,7 +1365,16 @@ def main():
       "margin over 85 % in every run, not only in the median, would take hashing outside the "
       "per-request sandbox (a host-provided Argon2, which Spin does not offer) or reusing "
       "instances, which Spin 3.6 and 4.x do for WASIp3 components only (see *Instance reuse* "
-      "below).")
+      "below). On the faster machine of 2026-12-06 (profiled by hand after that day's full run: "
+      "`perf record -F 1999 -g` of `tfa-host` for 5 s of `wrk -t1 -c1` logins, default Argon2, "
+      "tmpfs, 333 logins, sorted by `bench/hostprofile.py`) a login's sampled host CPU was "
+      "15.2 ms (18.4 ms by `/proc`): the compiled wasm 11.6 ms, less than the floor's 14.4 ms "
+      "verify in a `tfa-bench wasm-core` process (which hashes in memory of its own, without the "
+      "host's pool and its huge pages: a likely reason, not measured further), page faults "
+      "1.26 ms, `memset` and `memcpy` 0.80 ms, waits and wake-ups 0.65 ms, the rest about "
+      "0.9 ms. The gate's limit did not matter there: alternating 8 s runs at concurrency 32 gave "
+      "100.6, 100.8 and 100.2 logins/s with `MAX_HEAVY_INSTANCES=2` against 100.2, 100.8 and "
+      "99.8/s with the default 4 (55.3/s with 1).")
     if pair:
         def saved(component, method, path):
             p_ = pair.get((component, method, path))
