@@ -574,14 +574,11 @@ fn from_without_rowid(conn: &Connection) -> KvResult<Option<usize>> {
     if !without_rowid(&tx)? {
         return Ok(None);
     }
+    tx.execute_batch("ALTER TABLE kv RENAME TO kv_without_rowid;")?;
+    tx.execute_batch(SQLITE_TABLE)?;
     tx.execute_batch(
-        "CREATE TABLE kv_rowid (
-             key   TEXT PRIMARY KEY NOT NULL,
-             value BLOB NOT NULL
-         );
-         INSERT INTO kv_rowid (key, value) SELECT key, value FROM kv ORDER BY key;
-         DROP TABLE kv;
-         ALTER TABLE kv_rowid RENAME TO kv;",
+        "INSERT INTO kv (key, value) SELECT key, value FROM kv_without_rowid ORDER BY key;
+         DROP TABLE kv_without_rowid;",
     )?;
     let moved = tx.query_row("SELECT count(*) FROM kv", [], |r| r.get::<_, i64>(0))?;
     tx.commit()?;

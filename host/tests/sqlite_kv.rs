@@ -136,22 +136,19 @@ fn data_survives_reopening() {
     kv.delete_many(&["x".into()]).unwrap();
     assert_eq!(kv.keys().unwrap(), ["a", "b", "c", "y"]);
     // The file is in WAL mode.
-    assert!(dir.0.join("kv.sqlite3").exists());
-    let conn = rusqlite::Connection::open(dir.0.join("kv.sqlite3")).unwrap();
+    assert!(dir.db().exists());
+    let conn = rusqlite::Connection::open(dir.db()).unwrap();
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
     assert_eq!(mode, "wal");
-    assert!(
-        !without_rowid(&dir.0),
-        "a new store's table is a rowid table"
-    );
+    assert!(!without_rowid(&dir), "a new store's table is a rowid table");
 }
 
 /// Whether the store's table in `dir` is `WITHOUT ROWID` (the form before
 /// 2026-12-06).
-fn without_rowid(dir: &std::path::Path) -> bool {
-    let conn = rusqlite::Connection::open(dir.join("kv.sqlite3")).unwrap();
+fn without_rowid(dir: &TempDir) -> bool {
+    let conn = rusqlite::Connection::open(dir.db()).unwrap();
     let wr: i64 = conn
         .query_row(
             "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = 'kv'",
@@ -172,7 +169,7 @@ fn a_without_rowid_store_moves_into_a_rowid_table() {
     let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
     let user = |i: u32| (format!("user:{i:04}"), vec![(i % 256) as u8; 1_500]);
     {
-        let c = rusqlite::Connection::open(dir.0.join("kv.sqlite3")).unwrap();
+        let c = rusqlite::Connection::open(dir.db()).unwrap();
         let mode: String = c
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
             .unwrap();
@@ -194,7 +191,7 @@ fn a_without_rowid_store_moves_into_a_rowid_table() {
         st.execute(rusqlite::params!["empty", Vec::<u8>::new()])
             .unwrap();
     }
-    assert!(without_rowid(&dir.0));
+    assert!(without_rowid(&dir));
     let start = Arc::new(Barrier::new(2));
     let opened: Vec<SqliteKv> = (0..2)
         .map(|_| {
@@ -208,7 +205,7 @@ fn a_without_rowid_store_moves_into_a_rowid_table() {
         .into_iter()
         .map(|t| t.join().unwrap())
         .collect();
-    assert!(!without_rowid(&dir.0));
+    assert!(!without_rowid(&dir));
     for kv in &opened {
         for i in 0..500 {
             let (k, v) = user(i);
@@ -225,7 +222,7 @@ fn a_without_rowid_store_moves_into_a_rowid_table() {
     drop(opened);
     // Reopened: nothing to move, nothing lost.
     let kv = SqliteKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap();
-    assert!(!without_rowid(&dir.0));
+    assert!(!without_rowid(&dir));
     assert_eq!(kv.increment("counter", 0).unwrap(), 43);
     assert_eq!(kv.get("new").unwrap(), Some(b"v".to_vec()));
     assert_eq!(kv.get("user:0000").unwrap(), None);
@@ -334,7 +331,7 @@ fn spin_4_0_2_counters_are_8_le_bytes() {
         (-3i64).to_le_bytes().to_vec()
     );
     // Stored as a blob, as Spin stores it.
-    let conn = rusqlite::Connection::open(dir.0.join("kv.sqlite3")).unwrap();
+    let conn = rusqlite::Connection::open(dir.db()).unwrap();
     let kind: String = conn
         .query_row("SELECT typeof(value) FROM kv WHERE key = 'n'", [], |r| {
             r.get(0)
@@ -443,7 +440,7 @@ fn spin_4_0_2_keeps_counters_of_the_old_integer_format() {
     assert_eq!(kv.increment("c", 1).unwrap(), 42);
     assert_eq!(kv.get("plain").unwrap().unwrap(), b"text".to_vec());
     assert_eq!(kv.get("eight").unwrap().unwrap(), b"8 bytes!".to_vec());
-    let conn = rusqlite::Connection::open(dir.0.join("kv.sqlite3")).unwrap();
+    let conn = rusqlite::Connection::open(dir.db()).unwrap();
     let integers: i64 = conn
         .query_row(
             "SELECT count(*) FROM kv WHERE typeof(value) = 'integer'",
@@ -580,7 +577,7 @@ fn counter_reads_do_not_wait_for_the_writer() {
     let dir = TempDir::new("read-counter-lock");
     let kv = Arc::new(SqliteKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap());
     assert_eq!(kv.increment("n", 3).unwrap(), 3);
-    let other = rusqlite::Connection::open(dir.0.join("kv.sqlite3")).unwrap();
+    let other = rusqlite::Connection::open(dir.db()).unwrap();
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let writer = {
@@ -608,7 +605,7 @@ fn deleting_a_missing_key_does_not_wait_for_the_writer() {
     let dir = TempDir::new("delete-missing");
     let kv = Arc::new(SqliteKv::open_dir(&dir.0, KvEmulation::Spin402).unwrap());
     kv.set("there", b"x").unwrap();
-    let other = rusqlite::Connection::open(dir.0.join("kv.sqlite3")).unwrap();
+    let other = rusqlite::Connection::open(dir.db()).unwrap();
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let mut threads = Vec::new();
