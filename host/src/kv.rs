@@ -246,6 +246,14 @@ pub trait KvBackend: Send + Sync {
     fn durable(&self) -> Option<KvFuture<()>> {
         None
     }
+    /// The host has accepted a client connection;
+    /// [`KvBackend::connection_closed`] follows once it is closed. A hint
+    /// for a backend that groups the requests waiting at
+    /// [`KvBackend::durable`] (how many more may ask soon), never a
+    /// condition of correctness; the default ignores it.
+    fn connection_opened(&self) {}
+    /// See [`KvBackend::connection_opened`].
+    fn connection_closed(&self) {}
 }
 
 // ------------------------------------------------------------------ SQLite
@@ -1546,6 +1554,12 @@ impl KvBackend for FailingKv {
     }
     fn durable(&self) -> Option<KvFuture<()>> {
         self.inner.durable()
+    }
+    fn connection_opened(&self) {
+        self.inner.connection_opened()
+    }
+    fn connection_closed(&self) {
+        self.inner.connection_closed()
     }
     fn describe(&self) -> String {
         format!(

@@ -18,7 +18,10 @@
 //!   file once (`fdatasync`) for every request waiting at that moment
 //!   (group commit). A request that only read waits too when something it
 //!   may have read is not yet synced. So an acknowledged response never
-//!   rests on a write that SIGKILL or power loss could take back.
+//!   rests on a write that SIGKILL or power loss could take back. Under
+//!   load (a sync answered two waiters or more, and many client
+//!   connections are open) the sync thread gathers the next waiters for up
+//!   to 500 µs instead of being woken by each ([`Syncer::gather`]).
 //! * **Frames nobody waits for** (the work after a response: audit
 //!   records, webhook fan-out) are written and synced within
 //!   [`IDLE_FLUSH`] (20 ms) all the same, so SIGKILL loses at most that much of
@@ -72,7 +75,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 use crate::kv::{KvBackend, KvEmulation, KvError, KvFuture, KvResult, WriteOp};
@@ -88,6 +91,15 @@ pub const IDLE_FLUSH: std::time::Duration = std::time::Duration::from_millis(20)
 const MAX_FRAME: usize = 64 << 20;
 /// The largest buffer the sync thread keeps for the next flush's frames.
 const SPARE_MAX: usize = 4 << 20;
+/// Group commit under load ([`Syncer::gather`]): while at least this many
+/// open client connections have no request waiting for a sync, the sync
+/// thread waits for their requests in steps of [`GATHER_STEP`],
+/// [`GATHER_MAX`] at most.
+const GATHER_RUNNING: usize = 8;
+/// See [`GATHER_RUNNING`].
+const GATHER_STEP: std::time::Duration = std::time::Duration::from_micros(100);
+/// See [`GATHER_RUNNING`].
+const GATHER_MAX: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// Tuning of [`LogKv`].
 #[derive(Debug, Clone, Copy)]
@@ -130,6 +142,9 @@ pub struct LogKv {
     state: Arc<Mutex<State>>,
     /// Frames synced so far (`State::appended` at the last sync).
     synced: Arc<AtomicU64>,
+    /// Client connections the host has open
+    /// ([`KvBackend::connection_opened`]).
+    connections: Arc<AtomicUsize>,
     waiters: mpsc::Sender<Waiter>,
     /// The sync thread, joined on drop after its last flush.
     syncer: Option<std::thread::JoinHandle<()>>,
@@ -199,11 +214,13 @@ impl LogKv {
             failed: None,
         }));
         let synced = Arc::new(AtomicU64::new(0));
+        let connections = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = mpsc::channel();
         let mut syncer = Syncer {
             dir: dir.clone(),
             state: state.clone(),
             synced: synced.clone(),
+            connections: connections.clone(),
             log,
             generation: recovered.generation,
             log_bytes: recovered.log_bytes,
@@ -222,6 +239,7 @@ impl LogKv {
             emulation,
             state,
             synced,
+            connections,
             waiters: tx,
             syncer: Some(syncer),
             _lock: lock,
@@ -447,6 +465,17 @@ impl KvBackend for LogKv {
             answer.await.unwrap_or_else(|_| Err(stopped()))
         }))
     }
+
+    fn connection_opened(&self) {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn connection_closed(&self) {
+        // Never below zero, whatever a caller does.
+        let _ = self
+            .connections
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
 }
 
 // ------------------------------------------------------------ sync thread
@@ -455,6 +484,7 @@ struct Syncer {
     dir: PathBuf,
     state: Arc<Mutex<State>>,
     synced: Arc<AtomicU64>,
+    connections: Arc<AtomicUsize>,
     log: File,
     generation: u64,
     log_bytes: u64,
@@ -477,28 +507,44 @@ impl Syncer {
     /// a response: audit records, webhook fan-out) are flushed all the
     /// same, so a crash loses at most that much of them. Ends, after a
     /// last flush, when the store is dropped.
+    ///
+    /// Under load a sync answered two waiters or more: the next waiters are
+    /// then gathered ([`Syncer::gather`]) instead of each waking this thread.
     fn run(&mut self, rx: mpsc::Receiver<Waiter>) {
+        let mut gather = false;
         loop {
-            let first = match rx.recv_timeout(self.idle_flush) {
-                Ok(w) => w,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if !self.state().pending.is_empty() {
-                        let _ = self.flush();
-                    }
-                    self.reap(false);
+            let mut waiters = Vec::new();
+            let mut closed = false;
+            if gather {
+                closed = self.gather(&rx, &mut waiters);
+                if waiters.is_empty() && !closed {
+                    gather = false;
                     continue;
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    let _ = self.flush();
-                    self.reap(true);
-                    return;
+            } else {
+                match rx.recv_timeout(self.idle_flush) {
+                    Ok(w) => {
+                        waiters.push(w);
+                        waiters.extend(rx.try_iter());
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        if !self.state().pending.is_empty() {
+                            let _ = self.flush();
+                        }
+                        self.reap(false);
+                        continue;
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => closed = true,
                 }
-            };
-            let mut waiters = vec![first];
-            waiters.extend(rx.try_iter());
+            }
+            gather = waiters.len() >= 2;
             let answer = self.flush();
             for w in waiters {
                 let _ = w.send(answer.clone());
+            }
+            if closed {
+                self.reap(true);
+                return;
             }
             self.reap(false);
             if answer.is_ok()
@@ -509,6 +555,43 @@ impl Syncer {
                     self.stop(&e);
                 }
             }
+        }
+    }
+
+    /// Group commit under load (PostgreSQL's `commit_delay` with
+    /// `commit_siblings`, made adaptive). Each waiter that finds this
+    /// thread asleep wakes it (a `futex` call, an interrupt to the other
+    /// core, two context switches), and on a fast disk or tmpfs a sync is
+    /// over long before the next request asks: at 13,500 verifications a
+    /// second this thread synced 7,755 times a second, 1.75 waiters each.
+    /// So after a sync that answered two waiters or more, this thread does
+    /// not block on the queue (where a sender must wake it) but sleeps in
+    /// steps of [`GATHER_STEP`] and takes what was queued, for as long as
+    /// at least [`GATHER_RUNNING`] of the host's open client connections
+    /// ([`KvBackend::connection_opened`]) have no request among the
+    /// waiters (they may ask soon), and [`GATHER_MAX`] at most. With fewer
+    /// clients nothing is gathered: with few clients, each waiting for its
+    /// answer before it sends again, a waiter would only wait for the
+    /// others while the cores idle. Fills `waiters`; `true` once the store
+    /// was dropped.
+    fn gather(&self, rx: &mpsc::Receiver<Waiter>, waiters: &mut Vec<Waiter>) -> bool {
+        let began = crate::now();
+        loop {
+            loop {
+                match rx.try_recv() {
+                    Ok(w) => waiters.push(w),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => return true,
+                }
+            }
+            let running = self
+                .connections
+                .load(Ordering::Relaxed)
+                .saturating_sub(waiters.len());
+            if running < GATHER_RUNNING || began.elapsed() >= GATHER_MAX {
+                return false;
+            }
+            std::thread::sleep(GATHER_STEP);
         }
     }
 

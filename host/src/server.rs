@@ -523,8 +523,10 @@ impl Server {
                     let server = self.clone();
                     let mut stop = stop_rx.clone();
                     let limits = limits.clone();
+                    let open = OpenConnection::new(self.shared.kv.clone());
                     conns.spawn(async move {
                         let _slot = slot;
+                        let _open_for_store = open;
                         let _open = crate::metrics::get()
                             .map(|m| GaugeGuard::inc(&m.connections_open));
                         let activity = Arc::new(Activity::default());
@@ -588,6 +590,23 @@ impl Server {
 }
 
 /// Logs a request's key-value operations once its instance has ended.
+/// A client connection, told to the store
+/// ([`crate::kv::KvBackend::connection_opened`]) for as long as it is open.
+struct OpenConnection(Arc<dyn crate::kv::KvBackend>);
+
+impl OpenConnection {
+    fn new(kv: Arc<dyn crate::kv::KvBackend>) -> Self {
+        kv.connection_opened();
+        OpenConnection(kv)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.connection_closed();
+    }
+}
+
 struct KvOpsLog(Option<(Arc<crate::runtime::KvOps>, String)>);
 
 impl Drop for KvOpsLog {

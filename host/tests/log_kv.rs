@@ -177,6 +177,56 @@ fn the_barrier_is_what_makes_writes_durable() {
     assert_eq!(kept.increment("count", 0).unwrap(), 3);
 }
 
+/// Under load (many client connections open, many requests waiting at
+/// once) the sync thread gathers waiters instead of being woken by each
+/// (`Syncer::gather` in logkv.rs): every waiter is still answered, each
+/// only once its own write is synced, and a crash right after loses none.
+#[test]
+fn waiters_gathered_under_load_are_all_answered_and_durable() {
+    const CLIENTS: usize = 32;
+    const EACH: usize = 40;
+    let dir = TempDir::new("gather");
+    let opts = Options {
+        idle_flush: Duration::from_secs(3600),
+        ..Options::default()
+    };
+    let kv = Arc::new(LogKv::open_with(&dir.0, KvEmulation::Spin402, opts).unwrap());
+    for _ in 0..CLIENTS {
+        kv.connection_opened();
+    }
+    let barrier = Arc::new(Barrier::new(CLIENTS));
+    let handles: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let (kv, barrier) = (kv.clone(), barrier.clone());
+            thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                    .unwrap();
+                barrier.wait();
+                for i in 0..EACH {
+                    kv.set(&format!("c{c}:{i}"), b"x").unwrap();
+                    let f = kv.durable().expect("an unsynced write needs the barrier");
+                    rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), f).await })
+                        .expect("a waiter was never answered")
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert!(kv.durable().is_none(), "every write is synced");
+    let copy = TempDir::new("gather-copy");
+    crash_copy(&dir.0, &copy.0);
+    for _ in 0..CLIENTS {
+        kv.connection_closed();
+    }
+    let seen = LogKv::open_dir(&copy.0, KvEmulation::Spin402).unwrap();
+    assert_eq!(seen.len(), CLIENTS * EACH);
+}
+
 /// Writes nobody waits for (the work after a response) reach the disk
 /// within the idle flush all the same.
 #[test]
