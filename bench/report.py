@@ -964,7 +964,11 @@ def main():
                 "section): it is the store Spin itself runs the component on, and the log store "
                 "gives up choices docs/decisions.md made (memory that grows with the data, no other "
                 "process reading the store while the host runs, no two hosts on one data "
-                "directory).")
+                "directory). Since 2026-12-06 its sync thread gathers the requests waiting for a "
+                "sync under load instead of being woken by each (docs/decisions.md, \"Group commit "
+                "that waits under load\"): +5 to +26 % verifications/s at concurrency 32 in "
+                "alternating pairs of host processes measured by hand, concurrency 1 to 8 "
+                "unchanged.")
         vl, vs = vstat(("log", 32)), vstat(32)
         vlf, vsf = verify_over_floor(("log", 32)), verify_over_floor(32)
         if not (vl and vs and vlf and vsf):
