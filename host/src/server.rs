@@ -523,12 +523,11 @@ impl Server {
                     let server = self.clone();
                     let mut stop = stop_rx.clone();
                     let limits = limits.clone();
-                    let open = OpenConnection::new(self.shared.kv.clone());
                     conns.spawn(async move {
                         let _slot = slot;
-                        let _open_for_store = open;
                         let _open = crate::metrics::get()
                             .map(|m| GaugeGuard::inc(&m.connections_open));
+                        let _open_for_store = OpenConnection::new(server.shared.kv.clone());
                         let activity = Arc::new(Activity::default());
                         let act = activity.clone();
                         let svc = hyper::service::service_fn(move |req| {
@@ -589,7 +588,6 @@ impl Server {
     }
 }
 
-/// Logs a request's key-value operations once its instance has ended.
 /// A client connection, told to the store
 /// ([`crate::kv::KvBackend::connection_opened`]) for as long as it is open.
 struct OpenConnection(Arc<dyn crate::kv::KvBackend>);
@@ -607,6 +605,7 @@ impl Drop for OpenConnection {
     }
 }
 
+/// Logs a request's key-value operations once its instance has ended.
 struct KvOpsLog(Option<(Arc<crate::runtime::KvOps>, String)>);
 
 impl Drop for KvOpsLog {
