@@ -594,24 +594,39 @@ if $perf_ok; then
     profile_wrk me "$api_pid" "$out/api/requests.log" "GET /api/auth/me 200 " "$api/auth/me" WRK_TOKEN="$access"
     profile_wrk login "$api_pid" "$out/api/requests.log" "POST /api/auth/login 200 " "$api/auth/login" \
         WRK_METHOD=POST WRK_BODY="$login_body"
-    # /2fa/verify: the window opens once the driver's timed part has begun
-    # (its logins are prepared before) and is short enough to close before
-    # its users run out (one verification each: 9,000 users last 4 s at
-    # 2,200 verifications a second on SQLite; the log store, about three
-    # times as fast, gets 18,000): 2.5 s, 2 s in a quick run.
-    profile_verify() { # workload port pid host-dir window quick-window users
-        "$bench_bin" verify --port "$2" --users "$7" --conc 32 --runs 1 \
-            --secs 4 >/dev/null 2>"$out/perf-$1.log" &
+    # /2fa/verify: the window (2.5 s, 2 s in a quick run) opens 0.3 s after
+    # the driver's timed part has begun (its logins are prepared before) and
+    # must close before its users run out (one verification each). So the
+    # driver gets as many users as the fastest run of that host at
+    # concurrency 32 above (verify.jsonl) answers in the window plus 1.3 s,
+    # and at least the given number. Until 2026-12-06 the counts were
+    # fixed (9,000 and 18,000, sized for 2,200 verifications a second on
+    # SQLite); at 6,700 and 15,000 a second they ran out after about 1.3
+    # and 1.2 s, and the windows held the idle host after them.
+    profile_users() { # port minimum window
+        local rate
+        rate=$(jq -r --argjson p "$1" 'select(.concurrency == 32 and .port == $p) | .requests_per_s' \
+            "$out/verify.jsonl" 2>/dev/null | sort -g | tail -1)
+        python3 -c 'import math, sys; print(max(int(sys.argv[2]), math.ceil(float(sys.argv[1]) * (float(sys.argv[3]) + 1.3))))' \
+            "${rate:-0}" "$2" "$3"
+    }
+    profile_verify() { # workload port pid host-dir window quick-window minimum-users
+        WINDOW=$5
+        [ "$mode" = quick ] && WINDOW=$6
+        local users
+        users=$(profile_users "$2" "$7" "$WINDOW")
+        "$bench_bin" verify --port "$2" --users "$users" --conc 32 --runs 1 \
+            --secs "$(python3 -c "print($WINDOW + 1.5)")" >/dev/null 2>"$out/perf-$1.log" &
         vload=$!
-        for _ in $(seq 1 1800); do
+        # Bounded: enrolling and logging in tens of thousands of users
+        # takes a minute or two.
+        for _ in $(seq 1 3000); do
             grep -q 'timed part' "$out/perf-$1.log" 2>/dev/null && break
             kill -0 "$vload" 2>/dev/null || break
             sleep 0.1
         done
         if grep -q 'timed part' "$out/perf-$1.log"; then
             sleep 0.3
-            WINDOW=$5
-            [ "$mode" = quick ] && WINDOW=$6
             WINDOW=$WINDOW profile_window "$1" "$3" "$4/requests.log" "POST /api/2fa/verify 200 "
         else
             echo "tfa-bench verify did not reach its timed part: no $1 profile" >&2
@@ -620,7 +635,7 @@ if $perf_ok; then
     }
     profile_verify verify "$ver_port" "$ver_pid" "$out/api-verify" 2.5 2 "$((VERIFY_USERS * 3 / 2))"
     profile_verify verify_log "$verl_port" "$verl_pid" "$out/api-verify-log" 2.5 2 "$((VERIFY_USERS * 3))"
-    echo "perf record -q -F $PROFILE_FREQ -g -p <tfa-host> -- sleep $PROFILE_SECS   (during wrk -t2 -c32 on the floor's GET /health, GET /health, GET /auth/me, POST /auth/login; 2.5 s during the timed part of tfa-bench verify --users $((VERIFY_USERS * 3 / 2)) (the log store: $((VERIFY_USERS * 3))) --conc 32 --runs 1 --secs 4); python3 bench/hostprofile.py --data <perf.data> …" >>"$commands"
+    echo "perf record -q -F $PROFILE_FREQ -g -p <tfa-host> -- sleep $PROFILE_SECS   (during wrk -t2 -c32 on the floor's GET /health, GET /health, GET /auth/me, POST /auth/login; 2.5 s during the timed part of tfa-bench verify --users U --conc 32 --runs 1 --secs 4, U enough for the window plus 1.3 s at the host's fastest rate at concurrency 32 above, at least $((VERIFY_USERS * 3 / 2)) (the log store: $((VERIFY_USERS * 3)))); python3 bench/hostprofile.py --data <perf.data> …" >>"$commands"
 fi
 
 step "store operations per request (KV_COUNT=true)"
