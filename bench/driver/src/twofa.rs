@@ -254,18 +254,15 @@ fn worker(port: u16, queue: &Mutex<VecDeque<User>>, deadline: Instant) -> Worker
                 flow_us: (t3 - t0).as_secs_f64() * 1e6 - (t2 - t1).as_secs_f64() * 1e6,
             })
         })();
+        // Spent, or (after an error) maybe spent: never tried again.
+        user.last_step = spent_by(&user.secret, step);
         match ok {
-            Ok(s) => {
-                user.last_step = spent_by(&user.secret, step);
-                r.samples.push(s);
-            }
+            Ok(s) => r.samples.push(s),
             Err(e) => {
                 if r.errors < 3 {
                     eprintln!("tfa-bench 2fa: {e:#}");
                 }
                 r.errors += 1;
-                // The step may have been spent: do not try it again.
-                user.last_step = spent_by(&user.secret, step);
             }
         }
         if let Ok(mut q) = queue.lock() {
