@@ -33,10 +33,10 @@ want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 cores=$(nproc)
 if [ "$mode" = quick ]; then
     RUNS=3; SECS=3; CORE_RUNS=5; TWOFA_USERS=$((150 * cores)); TWOFA_SECS=3; START_INSTANCES=500; COMPILE_RUNS=1; PAUSE_KEYS=200000
-    VERIFY_USERS=$((1500 * cores)); VERIFY_SECS=2; REUSE=100; LOGIN_REQUESTS=10; SIMD_PAIRS=3; INST_PAIRS=2
+    VERIFY_USERS=$((1500 * cores)); VERIFY_SECS=2; REUSE=100; LOGIN_REQUESTS=10; LOGIN_ROUNDS=1; SIMD_PAIRS=3; INST_PAIRS=2
 else
     RUNS=5; SECS=10; CORE_RUNS=11; TWOFA_USERS=$((500 * cores)); TWOFA_SECS=8; START_INSTANCES=3000; COMPILE_RUNS=3; PAUSE_KEYS=942000
-    VERIFY_USERS=$((3000 * cores)); VERIFY_SECS=3; REUSE=100; LOGIN_REQUESTS=60; SIMD_PAIRS=7; INST_PAIRS=7
+    VERIFY_USERS=$((3000 * cores)); VERIFY_SECS=3; REUSE=100; LOGIN_REQUESTS=60; LOGIN_ROUNDS=5; SIMD_PAIRS=7; INST_PAIRS=7
 fi
 
 out="$root/target/bench"
@@ -263,10 +263,11 @@ echo "$bench_bin startup <spin_app.wasm of $before_commit, then of today> --comp
 # of both alternate): a design this host does not serve, which Spin 3.6 and
 # 4.x use for WASIp3 components only (docs/decisions.md, "Instance reuse").
 # TMPDIR: the store of these measurements is on tmpfs, like the API's.
-handle_run() { # <tfa-bench handle args…>: one JSON line per reuse mode
-    local line
+handle_run() { # [round=N] <tfa-bench handle args…>: one JSON line per reuse mode
+    local line tag=""
+    case "$1" in round=*) tag=",\"round\":${1#round=}"; shift ;; esac
     TMPDIR=/dev/shm run "$bench_bin" handle "$@" --cache-dir "$out/cache" >"$out/handle.jsonl"
-    while IFS= read -r line; do record "$line"; done <"$out/handle.jsonl"
+    while IFS= read -r line; do record "${line%\}}$tag}"; done <"$out/handle.jsonl"
 }
 for path in /api/health/live /api/health /api/nope; do
     handle_run "$component" --label component --path "$path" --requests "$START_INSTANCES" --reuse "1,$REUSE"
@@ -274,8 +275,17 @@ done
 handle_run "$component" --label component --path /api/auth/me --signed-in --requests "$START_INSTANCES" --reuse "1,$REUSE"
 handle_run "$floor" --label floor --path /api/health/live --requests "$START_INSTANCES" --reuse "1,$REUSE"
 # Logins (an Argon2 verify each): a fresh instance's cold 19 MiB against a
-# reused instance's warm ones.
-handle_run "$component" --label component --login --requests "$LOGIN_REQUESTS" --reuse "1,$LOGIN_REQUESTS"
+# reused instance's warm ones. In $LOGIN_ROUNDS rounds, each between two
+# processes timing the Argon2 floor's verify alone: a login in one process,
+# one at a time and without HTTP, against the floor beside it is the bound
+# of target 4 for each design (bench/report.py, section 4).
+for i in $(seq 1 "$LOGIN_ROUNDS"); do
+    record "{\"bench\":\"login_floor\",\"round\":$i,\"when\":\"before\",\"r\":$(argon_verify "$core_wasm_simd")}"
+    handle_run "round=$i" "$component" --label component --login --requests "$LOGIN_REQUESTS" \
+        --reuse "1,$LOGIN_REQUESTS"
+    record "{\"bench\":\"login_floor\",\"round\":$i,\"when\":\"after\",\"r\":$(argon_verify "$core_wasm_simd")}"
+done
+echo "$bench_bin wasm-core --cache-dir target/bench/cache $core_wasm_simd --only argon2id_verify --runs 3   (one process right before and one right after each of the $LOGIN_ROUNDS handle login rounds: the floor beside a login in one process)" >>"$commands"
 # Instructions per request: callgrind's count of a `tfa-bench handle`
 # process of 1,200 requests less one of 200, divided by 1,000 (host and
 # compiled wasm, user space; the kernel is not counted). Unlike a time on

@@ -235,7 +235,14 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     if o.perf_map {
         config.profiler(wasmtime::ProfilingStrategy::PerfMap);
     }
+    // As the server does: the pool's linear memories in transparent huge
+    // pages, so that a fresh instance's Argon2 memory is faulted in as the
+    // server's is (2 MiB at a time), not 4 KiB at a time.
+    let before = tfa_host::hugepages::anonymous_mappings();
     let engine = wasmtime::Engine::new(&config)?;
+    if let Err(why) = tfa_host::hugepages::advise(&before) {
+        eprintln!("tfa-bench handle: linear memories: no huge pages ({why})");
+    }
     // As the server loads it: compiled once into the cache directory, then
     // mapped from there (which also lets `perf` name the wasm functions).
     let component = runtime::load_component(&engine, o.component, o.cache_dir)
