@@ -11,7 +11,7 @@
 //! common `madvise` mode (Debian's and this machine's default), only in
 //! ranges marked with `madvise(MADV_HUGEPAGE)`. Wasmtime's pooling allocator
 //! reserves all linear memories as one `PROT_NONE` mapping when the engine is
-//! made and offers no way to mark it, so [`advise`] finds that mapping in
+//! made and offers no way to mark it, so [`advised`] finds that mapping in
 //! `/proc/self/maps` (the largest anonymous mapping the engine's creation
 //! added) and marks it. The mark is a hint: memory is still given back
 //! after each request exactly as before (wasmtime's `madvise(MADV_DONTNEED)`
@@ -27,7 +27,7 @@ const MIN_POOL_BYTES: usize = 1 << 30;
 
 /// The anonymous mappings of this process (start..end), from
 /// `/proc/self/maps`; empty where it cannot be read.
-pub fn anonymous_mappings() -> Vec<Range<usize>> {
+fn anonymous_mappings() -> Vec<Range<usize>> {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return Vec::new();
     };
@@ -58,9 +58,22 @@ fn pool_range(before: &[Range<usize>], after: &[Range<usize>]) -> Option<Range<u
         .cloned()
 }
 
+/// Makes an engine with `make` and marks the memory pool its creation
+/// reserved for transparent huge pages, as the server runs: the mappings are
+/// read before `make` runs, so the pool is the range it added. Returns the
+/// engine and what marking gave (the marked size in bytes, or why nothing was
+/// marked); an error only from `make`.
+pub fn advised<E>(
+    make: impl FnOnce() -> anyhow::Result<E>,
+) -> anyhow::Result<(E, Result<usize, String>)> {
+    let before = anonymous_mappings();
+    let engine = make()?;
+    Ok((engine, advise(&before)))
+}
+
 /// Marks the memory pool created since `before` was read for transparent
 /// huge pages. Returns the marked size in bytes, or why nothing was marked.
-pub fn advise(before: &[Range<usize>]) -> Result<usize, String> {
+fn advise(before: &[Range<usize>]) -> Result<usize, String> {
     let range = pool_range(before, &anonymous_mappings())
         .ok_or_else(|| "no new anonymous mapping of 1 GiB or more".to_string())?;
     mark(range)

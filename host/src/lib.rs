@@ -506,9 +506,8 @@ pub async fn run(env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<()> {
 
     // Component.
     // Argon2's memory in 2 MiB pages (host/src/hugepages.rs).
-    let before = hugepages::anonymous_mappings();
-    let engine = runtime::engine(settings.perf_map)?;
-    match hugepages::advise(&before) {
+    let (engine, huge_pages) = hugepages::advised(|| runtime::engine(settings.perf_map))?;
+    match huge_pages {
         Ok(bytes) => log::info(&format!(
             "linear memories: transparent huge pages advised ({} GiB reserved)",
             bytes >> 30

@@ -238,9 +238,9 @@ pub async fn run(o: &Options<'_>) -> anyhow::Result<()> {
     // As the server does: the pool's linear memories in transparent huge
     // pages, so that a fresh instance's Argon2 memory is faulted in as the
     // server's is (2 MiB at a time), not 4 KiB at a time.
-    let before = tfa_host::hugepages::anonymous_mappings();
-    let engine = wasmtime::Engine::new(&config)?;
-    if let Err(why) = tfa_host::hugepages::advise(&before) {
+    let (engine, huge_pages) =
+        tfa_host::hugepages::advised(|| Ok(wasmtime::Engine::new(&config)?))?;
+    if let Err(why) = huge_pages {
         eprintln!("tfa-bench handle: linear memories: no huge pages ({why})");
     }
     // As the server loads it: compiled once into the cache directory, then
