@@ -911,11 +911,9 @@ def main():
     for r in by.get("login_floor", []):
         lf.setdefault(r["round"], []).append(r["r"]["ops"][0]["median_ns"])
     for mode, reused in (("fresh", False), ("reused", True)):
-        xs = []
-        for h in handle_all:
-            if (h.get("method") == "POST" and h.get("path") == "/api/auth/login"
-                    and (h.get("reuse", 1) > 1) == reused and h.get("round") in lf):
-                xs.append(med(lf[h["round"]]) / (h["us_p50"] * 1e3))
+        xs = [med(lf[h["round"]]) / (h["us_p50"] * 1e3)
+              for h in handle_groups.get((("component", "POST", "/api/auth/login"), reused), [])
+              if h.get("round") in lf]
         if xs:
             login_bound[mode] = (med(xs), min(xs), max(xs), len(xs))
     if login_bound and argon_floor_par:

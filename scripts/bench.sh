@@ -645,7 +645,7 @@ if $perf_ok; then
     }
     profile_verify verify "$ver_port" "$ver_pid" "$out/api-verify" 2.5 2 "$((VERIFY_USERS * 3 / 2))"
     profile_verify verify_log "$verl_port" "$verl_pid" "$out/api-verify-log" 2.5 2 "$((VERIFY_USERS * 3))"
-    echo "perf record -q -F $PROFILE_FREQ -g -p <tfa-host> -- sleep $PROFILE_SECS   (during wrk -t2 -c32 on the floor's GET /health, GET /health, GET /auth/me, POST /auth/login; 2.5 s during the timed part of tfa-bench verify --users U --conc 32 --runs 1 --secs 4, U enough for the window plus 1.3 s at the host's fastest rate at concurrency 32 above, at least $((VERIFY_USERS * 3 / 2)) (the log store: $((VERIFY_USERS * 3)))); python3 bench/hostprofile.py --data <perf.data> …" >>"$commands"
+    echo "perf record -q -F $PROFILE_FREQ -g -p <tfa-host> -- sleep $PROFILE_SECS   (during wrk -t2 -c32 on the floor's GET /health, GET /health, GET /auth/me, POST /auth/login; 2.5 s during the timed part of tfa-bench verify --users U --conc 32 --runs 1 --secs 4 (3.5 in a quick run: the window plus 1.5 s), U enough for the window plus 1.3 s at the host's fastest rate at concurrency 32 above, at least $((VERIFY_USERS * 3 / 2)) (the log store: $((VERIFY_USERS * 3)))); python3 bench/hostprofile.py --data <perf.data> …" >>"$commands"
 fi
 
 step "store operations per request (KV_COUNT=true)"
