@@ -298,6 +298,9 @@ impl Drop for SqliteKv {
         let (closed, _) = std::sync::mpsc::channel();
         drop(std::mem::replace(&mut self.jobs, closed));
         for thread in self.threads.drain(..) {
+            // The checkpointer may be parked until its next checkpoint is
+            // due (`checkpoint_loop`): woken, it finds the writer gone.
+            thread.thread().unpark();
             let _ = thread.join();
         }
     }
@@ -425,13 +428,18 @@ fn checkpoint_loop(
     gate: WriterGate,
     restart_frames: i64,
 ) {
-    use std::sync::mpsc::RecvTimeoutError;
+    use std::sync::mpsc::TryRecvError;
     let mut last: Option<std::time::Instant> = None;
     let mut retry_at: Option<std::time::Instant> = None;
     while nudges.recv().is_ok() {
         if let Some(due) = last.map(|l| l + CHECKPOINT_EVERY) {
+            // Parked, not waiting on the queue: a commit meanwhile leaves
+            // its nudge queued instead of waking this thread (one wake-up
+            // per commit was 16 context switches per login). The store's
+            // drop unparks it once the writer has gone.
             while let Some(left) = due.checked_duration_since(crate::now()) {
-                if let Err(RecvTimeoutError::Disconnected) = nudges.recv_timeout(left) {
+                std::thread::park_timeout(left);
+                if let Err(TryRecvError::Disconnected) = nudges.try_recv() {
                     return;
                 }
             }
