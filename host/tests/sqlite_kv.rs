@@ -254,6 +254,34 @@ fn a_dropped_store_has_closed_its_file() {
     }
 }
 
+/// Writes queued and not yet answered when the store is dropped are
+/// committed before the drop returns: the writer takes everything left in
+/// its queue once the queue is closed. Each round queues 300 writes from
+/// the async path (their futures never polled) and drops the store at once.
+#[test]
+fn writes_queued_before_a_drop_are_committed() {
+    let dir = TempDir::new("queued-drop");
+    for round in 0..5u8 {
+        let kv = SqliteKv::open_dir(&dir.0, KvEmulation::None).unwrap();
+        let queued: Vec<_> = (0..300)
+            .map(|i| {
+                kv.write_async(WriteOp::Set(format!("r{round}-{i}"), vec![round]))
+                    .unwrap_or_else(|_| panic!("round {round}: write {i} not queued"))
+            })
+            .collect();
+        drop(kv);
+        drop(queued);
+        let kv = SqliteKv::open_dir(&dir.0, KvEmulation::None).unwrap();
+        for i in 0..300 {
+            assert_eq!(
+                kv.get(&format!("r{round}-{i}")).unwrap(),
+                Some(vec![round]),
+                "round {round}: write {i} lost at the drop"
+            );
+        }
+    }
+}
+
 #[test]
 fn failing_wrapper_fails_from_the_nth_operation() {
     let dir = TempDir::new("failing");
