@@ -21,7 +21,7 @@
 //!   rests on a write that SIGKILL or power loss could take back. Under
 //!   load (a sync answered two waiters or more, and many client
 //!   connections are open) the sync thread gathers the next waiters for up
-//!   to 500 µs instead of being woken by each ([`Syncer::gather`]).
+//!   to 500 µs instead of being woken by each (`Syncer::gather`).
 //! * **Frames nobody waits for** (the work after a response: audit
 //!   records, webhook fan-out) are written and synced within
 //!   [`IDLE_FLUSH`] (20 ms) all the same, so SIGKILL loses at most that much of

@@ -271,7 +271,7 @@ fn signal_group(pgid: u32, signal: &str) -> bool {
 impl Host {
     /// Starts a host with the test settings and waits (bounded) until it
     /// answers: the local host, or real Spin when [`runtime`] says so (see
-    /// [`Host::start_spin`]).
+    /// `Host::start_spin`).
     pub fn start(opts: HostOptions) -> Host {
         if runtime() == Runtime::Spin {
             return Host::start_spin(opts);

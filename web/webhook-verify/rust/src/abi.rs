@@ -73,7 +73,7 @@ unsafe fn input<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
 ///
 /// # Safety
 ///
-/// Each `(ptr, len)` pair satisfies the contract of [`input`]: it lies in a
+/// Each `(ptr, len)` pair satisfies the contract of `input`: it lies in a
 /// live block from [`alloc`] (or `len` is 0).
 #[cfg_attr(target_arch = "wasm32", export_name = "verify")]
 pub unsafe extern "C" fn verify(
@@ -105,7 +105,7 @@ pub unsafe extern "C" fn verify(
 ///
 /// # Safety
 ///
-/// The secret and body pairs satisfy the contract of [`input`]; `out_ptr`
+/// The secret and body pairs satisfy the contract of `input`; `out_ptr`
 /// points to 71 writable bytes of a live block from [`alloc`] that do not
 /// overlap the inputs.
 #[cfg_attr(target_arch = "wasm32", export_name = "sign")]
