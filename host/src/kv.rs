@@ -370,6 +370,22 @@ impl JobQueue {
     }
 }
 
+/// Held by the writer thread: when it ends, however it ends, the queue is
+/// closed and what is left in it dropped, so a writer that panicked leaves
+/// no job waiting for an answer that cannot come and refuses the next ones
+/// (as the standard library's channel did once its receiver had gone).
+struct ClosedAtExit<'a>(&'a JobQueue);
+
+impl Drop for ClosedAtExit<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.state();
+        st.closed = true;
+        let left = std::mem::take(&mut st.jobs);
+        drop(st);
+        drop(left);
+    }
+}
+
 /// What the writer thread is asked to do.
 enum Job {
     /// A write, committed with the others waiting, and the keys it may
@@ -391,8 +407,8 @@ type WriteJob = Box<dyn FnOnce(Option<&Connection>) -> Finish + Send>;
 const MAX_BATCH: usize = 256;
 
 /// The writer thread: takes every job that is waiting (up to
-/// [`MAX_BATCH`]; it sleeps while there is none), runs the writes among them in one
-/// `BEGIN IMMEDIATE` transaction (each in a savepoint), commits (no sync:
+/// [`MAX_BATCH`]; it sleeps while there is none), runs the writes among
+/// them in one `BEGIN IMMEDIATE` transaction (each in a savepoint), commits (no sync:
 /// `synchronous=NORMAL`), answers each write, and then hands the barriers
 /// among them to the sync thread. Ends when the store is dropped.
 fn writer_loop(
@@ -404,6 +420,7 @@ fn writer_loop(
     cache: Option<Arc<ReadCache>>,
 ) {
     conn.wal_hook(Some(count_frames));
+    let _closed = ClosedAtExit(&jobs);
     let mut taken = Vec::with_capacity(MAX_BATCH);
     while jobs.take(MAX_BATCH, &mut taken) {
         let (mut batch, mut keys, mut barriers) = (Vec::new(), Vec::new(), Vec::new());
@@ -1754,6 +1771,39 @@ mod tests {
         for m in [KvEmulation::Spin402, KvEmulation::None] {
             assert_eq!(KvEmulation::parse(Some(m.name())), Ok(m));
         }
+    }
+
+    /// A writer that ends by panicking closes its queue: the job it left
+    /// queued is dropped (its sender learns that no answer will come) and
+    /// the next push is refused instead of waiting forever.
+    #[test]
+    fn a_writer_that_panics_closes_its_queue() {
+        use std::sync::mpsc::RecvTimeoutError;
+        let queue = Arc::new(JobQueue::default());
+        let noop = || Job::Write(Box::new(|_| Box::new(|_| {})), Vec::new());
+        let (reply, answer) = std::sync::mpsc::channel::<()>();
+        let waiting: WriteJob = Box::new(move |_| {
+            let _keep = reply;
+            Box::new(|_| {})
+        });
+        assert!(queue.push(noop()).is_ok());
+        assert!(queue.push(Job::Write(waiting, Vec::new())).is_ok());
+        let writer = {
+            let queue = queue.clone();
+            std::thread::spawn(move || {
+                let _closed = ClosedAtExit(&queue);
+                let mut taken = Vec::new();
+                assert!(queue.take(1, &mut taken));
+                panic!("a write job failed");
+            })
+        };
+        assert!(writer.join().is_err());
+        assert_eq!(
+            answer.recv_timeout(Duration::from_secs(10)),
+            Err(RecvTimeoutError::Disconnected),
+            "the job left in the queue was dropped"
+        );
+        assert!(queue.push(noop()).is_err(), "the next job is refused");
     }
 
     /// The `journal_size_limit` of a connection the store opens.
