@@ -19,7 +19,10 @@
 //! 2. it then reads the key of one neighbouring period: `b - 1` when its
 //!    clock is in the first half of `b`, `b + 1` when in the second half.
 //!    If that key exists, a request whose clock is in another period holds
-//!    the lock, so it deletes its own key and retries;
+//!    the lock (or is taking it). A caller in the first half deletes its own
+//!    key and retries from step 1; a caller in the second half keeps its
+//!    key and reads the neighbour's again after each pause, going on once
+//!    it is gone (and deleting its own key if it gives up);
 //! 3. the holder reads, changes and writes what the lock protects, then
 //!    deletes its key.
 //!
@@ -29,7 +32,19 @@
 //! the second half of `b` and `t2` in the first half of `b + 1`, so each
 //! reads the other's key. Each writes its own key before reading the
 //! other's, so at least one of them sees the other: they may both back off,
-//! never both go on.
+//! never both go on. (Reading the neighbour's key again while keeping one's
+//! own changes nothing in this: what lets a caller go on is its last read,
+//! made after its own increment.)
+//!
+//! Why the second half waits: until 2026-12-07 both sides of a boundary
+//! backed off alike, and callers on both sides that kept retrying at once
+//! (the same pauses, the same moment) could each find the other's key again
+//! and again until one gave up with 503: a test with sixteen requests on the
+//! two sides of a boundary failed that way once under CI's load. Now the
+//! earlier period's caller holds its key while it waits, so the later
+//! period's callers find it, back off, and leave their key free. A wait
+//! points only from period `b` to `b + 1`, so no two callers wait for each
+//! other.
 //!
 //! A holder that dies (a trap, a killed process, a store failure on
 //! release) leaves its key behind; a caller reads it only from the second
@@ -85,25 +100,44 @@ fn keys(name: &str, now_ms: u64) -> (String, Option<String>) {
 /// the store fails.
 pub fn acquire(store: &dyn Store, name: &str, now_ms: u64) -> Result<Held, ApiError> {
     let (mine, neighbour) = keys(name, now_ms);
+    // Step 2: a caller in the second half of its period keeps its key while
+    // the next period's holder goes.
+    let keeps_its_key = now_ms % LEASE_MS >= LEASE_MS / 2;
+    let mut holding = false;
     for attempt in 0..ATTEMPTS {
         if attempt > 0 {
             store.pause(attempt);
+        }
+        if !holding {
             // Wait without writing while somebody holds this period's key.
-            if store.get(&mine)?.is_some() {
+            if attempt > 0 && store.get(&mine)?.is_some() {
                 continue;
             }
-        }
-        if store.increment(&mine, 1)? != 1 {
-            continue;
+            if store.increment(&mine, 1)? != 1 {
+                continue;
+            }
+            holding = true;
         }
         let neighbour_held = match &neighbour {
-            Some(key) => store.get(key)?.is_some(),
+            Some(key) => match store.get(key) {
+                Ok(value) => value.is_some(),
+                Err(e) => {
+                    let _ = store.delete(&mine);
+                    return Err(e.into());
+                }
+            },
             None => false,
         };
         if !neighbour_held {
             return Ok(Held { key: mine });
         }
-        store.delete(&mine)?;
+        if !keeps_its_key {
+            store.delete(&mine)?;
+            holding = false;
+        }
+    }
+    if holding {
+        let _ = store.delete(&mine);
     }
     Err(ApiError::Unavailable)
 }
@@ -225,6 +259,86 @@ mod tests {
         release(&store, acquire(&store, "k", 11 * LEASE_MS + half).unwrap());
         // Callers of the period before, in its second half, see it too.
         assert!(acquire(&store, "k", 10 * LEASE_MS - 1).is_err());
+    }
+
+    /// A store that runs a script at each pause: it notes whether the
+    /// caller's own key exists, and at the third pause deletes the
+    /// neighbour's key (its holder has backed off or finished).
+    struct Scripted {
+        inner: MemoryStore,
+        mine: &'static str,
+        neighbour: &'static str,
+        own_key_at_pauses: std::sync::Mutex<Vec<bool>>,
+    }
+
+    impl Store for Scripted {
+        fn get(&self, key: &str) -> Result<Option<Vec<u8>>, crate::contract::ports::StoreError> {
+            self.inner.get(key)
+        }
+        fn set(&self, key: &str, value: &[u8]) -> Result<(), crate::contract::ports::StoreError> {
+            self.inner.set(key, value)
+        }
+        fn delete(&self, key: &str) -> Result<(), crate::contract::ports::StoreError> {
+            self.inner.delete(key)
+        }
+        fn increment(
+            &self,
+            key: &str,
+            delta: i64,
+        ) -> Result<i64, crate::contract::ports::StoreError> {
+            self.inner.increment(key, delta)
+        }
+        fn pause(&self, attempt: u32) {
+            let own = self.inner.get(self.mine).unwrap().is_some();
+            self.own_key_at_pauses.lock().unwrap().push(own);
+            if attempt == 3 {
+                self.inner.delete(self.neighbour).unwrap();
+            }
+        }
+    }
+
+    /// Step 2's tie-break at a boundary (period 4 ends at `5 * LEASE_MS`):
+    /// the caller in the second half of period 4 that finds period 5's key
+    /// keeps its own key while it waits, and goes on once that key is gone;
+    /// the caller in the first half of period 5 that finds period 4's key
+    /// gives its own back before every pause, as before.
+    #[test]
+    fn at_a_boundary_only_the_earlier_period_keeps_its_key_while_it_waits() {
+        let boundary = 5 * LEASE_MS;
+        for (now, mine, neighbour, kept) in [
+            (boundary - 1, "lk:k:4", "lk:k:5", true),
+            (boundary, "lk:k:5", "lk:k:4", false),
+        ] {
+            let store = Scripted {
+                inner: MemoryStore::new(),
+                mine,
+                neighbour,
+                own_key_at_pauses: Default::default(),
+            };
+            store.inner.increment(neighbour, 1).unwrap();
+            let held = acquire(&store, "k", now).unwrap();
+            assert_eq!(
+                *store.own_key_at_pauses.lock().unwrap(),
+                [kept; 3],
+                "{now}: its own key at each pause"
+            );
+            assert!(release(&store, held));
+            assert!(store.inner.is_empty(), "{:?}", store.inner.keys());
+        }
+    }
+
+    /// A caller that waited with its key and gave up takes the key with it.
+    #[test]
+    fn a_caller_that_gives_up_waiting_leaves_no_key() {
+        let store = MemoryStore::new();
+        let later = acquire(&store, "k", 5 * LEASE_MS).unwrap();
+        assert!(matches!(
+            acquire(&store, "k", 5 * LEASE_MS - 1),
+            Err(ApiError::Unavailable)
+        ));
+        assert_eq!(store.keys(), ["lk:k:5"]);
+        assert!(release(&store, later));
+        assert!(store.is_empty());
     }
 
     #[test]
