@@ -175,15 +175,15 @@ impl<S: Store> Store for InterleavingStore<S> {
     fn increment(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
         self.around(|s| s.increment(key, delta))
     }
-    /// Sleeps as the component does (`attempt` ms, at most 10), so that a
-    /// waiting thread lets the lock holder run (a bare yield lets fifty
-    /// waiters use up their attempts while the holder is not scheduled) and
-    /// the waiters have the component's budget of about 4 s. Until
-    /// 2026-12-07 it slept a tenth of that, a budget of 0.36 s, which a
-    /// request behind fifteen others at a boundary used up once under CI's
-    /// load.
+    /// Sleeps as the component does ([`crate::plumbing::lock::pause_for`]),
+    /// so that a waiting thread lets the lock holder run (a bare yield lets
+    /// fifty waiters use up their attempts while the holder is not
+    /// scheduled) and the waiters have the component's budget of about 4 s.
+    /// Until 2026-12-07 it slept a tenth of that, a budget of 0.36 s, which
+    /// a request behind fifteen others at a boundary used up once under
+    /// CI's load.
     fn pause(&self, attempt: u32) {
-        std::thread::sleep(std::time::Duration::from_millis(u64::from(attempt.min(10))));
+        std::thread::sleep(crate::plumbing::lock::pause_for(attempt));
     }
 }
 

@@ -441,9 +441,9 @@ impl Store for SpinStore {
     }
 
     /// Waits a little before the next attempt at a lock another request
-    /// holds: 1 ms, growing to 10 ms (`wasi:clocks` through std's sleep).
+    /// holds: [`tfa_core::plumbing::lock::pause_for`], 1 ms growing to 10 ms
+    /// (`wasi:clocks` through std's sleep).
     fn pause(&self, attempt: u32) {
-        let ms = u64::from(attempt.min(10));
-        std::thread::sleep(std::time::Duration::from_millis(ms));
+        std::thread::sleep(tfa_core::plumbing::lock::pause_for(attempt));
     }
 }

@@ -68,10 +68,17 @@ use crate::plumbing::util;
 /// one and a half times this (30 s).
 pub const LEASE_MS: u64 = 20_000;
 
-/// Attempts before a caller gives up with 503 `Service unavailable`. With a
-/// host's [`Store::pause`] of about a millisecond (more for later attempts)
-/// this is a few seconds of waiting.
+/// Attempts before a caller gives up with 503 `Service unavailable`. With
+/// the pauses of [`pause_for`] this is about 4 s of waiting.
 pub const ATTEMPTS: u32 = 400;
+
+/// How long a host's [`Store::pause`] waits before attempt `attempt`
+/// (from 1): 1 ms more for each attempt, at most 10 ms, so that
+/// [`ATTEMPTS`] attempts wait 3.945 s in all. Core does not sleep; the
+/// component and the tests' stores sleep this long.
+pub fn pause_for(attempt: u32) -> core::time::Duration {
+    core::time::Duration::from_millis(u64::from(attempt.min(10)))
+}
 
 /// A lock this caller holds; give it back with [`release`].
 #[must_use = "a held lock must be released"]
@@ -87,12 +94,18 @@ fn lock_key(name: &str, period: u64) -> String {
 /// reads (module documentation, step 2); none before period 0.
 fn keys(name: &str, now_ms: u64) -> (String, Option<String>) {
     let period = now_ms / LEASE_MS;
-    let neighbour = if now_ms % LEASE_MS < LEASE_MS / 2 {
-        period.checked_sub(1)
-    } else {
+    let neighbour = if in_second_half(now_ms) {
         period.checked_add(1)
+    } else {
+        period.checked_sub(1)
     };
     (lock_key(name, period), neighbour.map(|p| lock_key(name, p)))
+}
+
+/// Whether `now_ms` is in the second half of its lease period: its caller
+/// reads the next period's key, and keeps its own while it waits (step 2).
+fn in_second_half(now_ms: u64) -> bool {
+    now_ms % LEASE_MS >= LEASE_MS / 2
 }
 
 /// Takes the lock on `name` (steps 1 and 2 of the module documentation).
@@ -100,9 +113,7 @@ fn keys(name: &str, now_ms: u64) -> (String, Option<String>) {
 /// the store fails.
 pub fn acquire(store: &dyn Store, name: &str, now_ms: u64) -> Result<Held, ApiError> {
     let (mine, neighbour) = keys(name, now_ms);
-    // Step 2: a caller in the second half of its period keeps its key while
-    // the next period's holder goes.
-    let keeps_its_key = now_ms % LEASE_MS >= LEASE_MS / 2;
+    let keeps_its_key = in_second_half(now_ms);
     let mut holding = false;
     for attempt in 0..ATTEMPTS {
         if attempt > 0 {
@@ -166,6 +177,7 @@ pub fn with<R>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::ports::StoreError;
     use crate::testing::MemoryStore;
 
     #[test]
@@ -272,20 +284,16 @@ mod tests {
     }
 
     impl Store for Scripted {
-        fn get(&self, key: &str) -> Result<Option<Vec<u8>>, crate::contract::ports::StoreError> {
+        fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
             self.inner.get(key)
         }
-        fn set(&self, key: &str, value: &[u8]) -> Result<(), crate::contract::ports::StoreError> {
+        fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
             self.inner.set(key, value)
         }
-        fn delete(&self, key: &str) -> Result<(), crate::contract::ports::StoreError> {
+        fn delete(&self, key: &str) -> Result<(), StoreError> {
             self.inner.delete(key)
         }
-        fn increment(
-            &self,
-            key: &str,
-            delta: i64,
-        ) -> Result<i64, crate::contract::ports::StoreError> {
+        fn increment(&self, key: &str, delta: i64) -> Result<i64, StoreError> {
             self.inner.increment(key, delta)
         }
         fn pause(&self, attempt: u32) {
@@ -339,6 +347,17 @@ mod tests {
         assert_eq!(store.keys(), ["lk:k:5"]);
         assert!(release(&store, later));
         assert!(store.is_empty());
+    }
+
+    /// The pauses a waiting caller makes add up to the budget the
+    /// documentation of [`ATTEMPTS`] states.
+    #[test]
+    fn the_pauses_of_all_attempts_add_up_to_about_four_seconds() {
+        assert_eq!(pause_for(1).as_millis(), 1);
+        assert_eq!(pause_for(10).as_millis(), 10);
+        assert_eq!(pause_for(ATTEMPTS).as_millis(), 10);
+        let all: core::time::Duration = (1..ATTEMPTS).map(pause_for).sum();
+        assert_eq!(all.as_millis(), 3945);
     }
 
     #[test]
