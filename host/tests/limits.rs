@@ -20,26 +20,38 @@ use support::{hang_component, Host};
 #[test]
 fn a_guest_that_never_returns_is_stopped_at_the_deadline() {
     let wasm = hang_component();
-    let host = Host::start("deadline", &wasm, &[("REQUEST_TIMEOUT_MS", "2000")]);
+    let host = Host::start("deadline", &wasm, &[("REQUEST_TIMEOUT_MS", "3000")]);
     let port = host.port;
 
-    // A few hanging requests; others are served meanwhile.
+    // A few hanging requests; others are served meanwhile: their answers
+    // come before any hanging request's 503. (An order, not a time bound:
+    // a busy machine may serve them slowly, but a host whose looping
+    // guests held up other requests would answer these only after the
+    // deadline has stopped the guests.)
     let t0 = Instant::now();
     let hanging: Vec<_> = (0..4)
-        .map(|_| std::thread::spawn(move || support::request(port, "GET", "/api/hang", "")))
+        .map(|_| {
+            std::thread::spawn(move || {
+                (
+                    support::request(port, "GET", "/api/hang", ""),
+                    Instant::now(),
+                )
+            })
+        })
         .collect();
     std::thread::sleep(Duration::from_millis(200));
     for _ in 0..3 {
         let (status, head, _) = host.request("GET", "/api/health", "");
         assert_eq!(status, 200, "{head}");
     }
-    assert!(
-        hanging.iter().all(|h| !h.is_finished()) && t0.elapsed() < Duration::from_millis(1900),
-        "normal requests were not served while the guests looped ({:?})",
-        t0.elapsed()
-    );
+    let served = Instant::now();
     for h in hanging {
-        let (status, head, body) = h.join().unwrap();
+        let ((status, head, body), answered) = h.join().unwrap();
+        assert!(
+            served < answered,
+            "normal requests were answered after a hanging one ({:?} after the start)",
+            served - t0
+        );
         assert_eq!(status, 503, "{head}");
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(
@@ -49,10 +61,10 @@ fn a_guest_that_never_returns_is_stopped_at_the_deadline() {
     }
     let took = t0.elapsed();
     assert!(
-        took >= Duration::from_millis(1950) && took < Duration::from_millis(6000),
+        took >= Duration::from_millis(2950) && took < Duration::from_millis(8000),
         "hanging requests ended after {took:?}"
     );
-    hang_stopped_before_answering(&host, 2000, Duration::from_secs(2));
+    hang_stopped_before_answering(&host, 3000, Duration::from_secs(2));
 
     // More hanging requests than there are instance slots (64): every one
     // ends with 503, so the slots are freed and reused.
@@ -65,7 +77,7 @@ fn a_guest_that_never_returns_is_stopped_at_the_deadline() {
     assert!(statuses.iter().all(|s| *s == 503), "{statuses:?}");
     // 70 > 64: some waited for a slot, so two deadlines at least.
     assert!(
-        t0.elapsed() >= Duration::from_millis(3900),
+        t0.elapsed() >= Duration::from_millis(5900),
         "{:?}",
         t0.elapsed()
     );
@@ -157,7 +169,7 @@ fn half_open_connections_are_closed_after_the_header_timeout() {
     // A normal request is served while they are open.
     let (status, head, _) = host.request("GET", "/api/health", "");
     assert_eq!(status, 200, "{head}");
-    assert!(t0.elapsed() < Duration::from_millis(900));
+    let served = t0.elapsed();
     let closed: Vec<_> = open
         .into_iter()
         .map(|s| std::thread::spawn(move || closed_after(s, t0)))
@@ -170,6 +182,11 @@ fn half_open_connections_are_closed_after_the_header_timeout() {
         assert!(
             c >= Duration::from_millis(950) && c < Duration::from_secs(5),
             "closed after {c:?}"
+        );
+        // Served while they were all open (an order, not a time bound).
+        assert!(
+            served < c,
+            "served after {served:?}, one closed after {c:?}"
         );
     }
     assert!(host
