@@ -1532,7 +1532,7 @@ def main():
           "still finishing) "
           f"and is {m.get('after10_kib', m['after_kib']) / 1024:,.0f} MiB 10 s after the load "
           f"({(m.get('after10_kib', m['after_kib']) - m['idle_kib']) / 1024:+,.0f} MiB over idle, target 5). "
-          "What stays is mostly wasmtime's `linear_memory_keep_resident` (runtime.rs's "
+          "What stays is mostly wasmtime's `linear_memory_keep_resident` (host/src/runtime/engine.rs's "
           "`KEEP_RESIDENT`, 256 KiB since 2026-11-27): a pooling slot whose memory was dirtied "
           "keeps its first 256 KiB of dirty pages resident after the request, and a login dirties "
           "more than that, so every memory slot a login has used holds 256 KiB until it is reused; "
