@@ -611,7 +611,7 @@ def main():
                 else " (tmpfs, then disk)")
              + ", so that target 3 compares runs a few seconds apart."
              if disk_ratios else "")
-          + (" The log store (`KV_ENGINE=log`, host/src/logkv.rs; docs/decisions.md, \"A store in memory"
+          + (" The log store (`KV_ENGINE=log`, host/src/logkv/; docs/decisions.md, \"A store in memory"
              " with an append-only log\") keeps every record in memory and appends each write to a"
              " checksummed log, synced once for all the responses waiting at that moment."
              if log_disk_ratios else "") + "\n")
@@ -1026,7 +1026,7 @@ def main():
         text = ("Such a store, which keeps its records in memory, appends each write to a "
                 "checksummed log, syncs that log once before each response as SQLite's is, and "
                 "compacts the log by snapshot, is served since 2026-12-02 as an opt-in engine, "
-                "`KV_ENGINE=log` (`host/src/logkv.rs`; docs/decisions.md, \"A store in memory with "
+                "`KV_ENGINE=log` (`host/src/logkv/`; docs/decisions.md, \"A store in memory with "
                 "an append-only log\"); SQLite stays the default (decided on 2026-12-05, same "
                 "section): it is the store Spin itself runs the component on, and the log store "
                 "gives up choices docs/decisions.md made (memory that grows with the data, no other "

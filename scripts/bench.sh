@@ -451,7 +451,7 @@ start_host api-verify "$component" "$ver_port" "$shm/verify" "${cheap_argon[@]}"
 ver_pid=$host_pid
 verd_port=$(free_port)
 start_host api-verify-disk "$component" "$verd_port" "$out/api-verify-disk/data" "${cheap_argon[@]}"
-# The same with the log store (KV_ENGINE=log, host/src/logkv.rs): the store
+# The same with the log store (KV_ENGINE=log, host/src/logkv/): the store
 # in memory, every write in an append-only log synced before the response.
 verl_port=$(free_port)
 start_host api-verify-log "$component" "$verl_port" "$shm/verify-log" KV_ENGINE=log "${cheap_argon[@]}"

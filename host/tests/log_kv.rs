@@ -179,7 +179,7 @@ fn the_barrier_is_what_makes_writes_durable() {
 
 /// Under load (many client connections open, many requests waiting at
 /// once) the sync thread gathers waiters instead of being woken by each
-/// (`Syncer::gather` in logkv.rs): every waiter is still answered, each
+/// (`Syncer::gather` in logkv/syncer.rs): every waiter is still answered, each
 /// only once its own write is synced, and a crash right after loses none.
 #[test]
 fn waiters_gathered_under_load_are_all_answered_and_durable() {

@@ -1,7 +1,7 @@
 //! The host side of what the component imports beyond WASI and wasi:http:
 //! Spin's `fermyon:spin/key-value` and `variables`, `wasi:config/store`, and
 //! `wasi:keyvalue` (store, atomics, batch), all over the one store labelled
-//! [`STORE_LABEL`](super::STORE_LABEL), with Spin's errors for what Spin
+//! [`STORE_LABEL`], with Spin's errors for what Spin
 //! refuses.
 
 use wasmtime::component::Resource;
