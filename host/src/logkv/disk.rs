@@ -29,21 +29,20 @@ pub(super) fn write_snapshot(dir: &Path, generation: u64, map: &Frozen) -> KvRes
     let mut frame = Vec::new();
     out.write_all(SNAP_MAGIC)
         .map_err(io("cannot write", &tmp))?;
-    let mut payload = Vec::new();
     for (k, v) in map.iter() {
-        payload.clear();
-        payload.push(b's');
-        put_bytes(&mut payload, k.as_bytes());
-        put_bytes(&mut payload, v);
         frame.clear();
-        put_frame(&mut frame, &payload);
+        let at = begin_frame(&mut frame);
+        frame.push(b's');
+        put_bytes(&mut frame, k.as_bytes());
+        put_bytes(&mut frame, v);
+        end_frame(&mut frame, at);
         out.write_all(&frame).map_err(io("cannot write", &tmp))?;
     }
-    payload.clear();
-    payload.push(b'e');
-    payload.extend_from_slice(&(map.len() as u64).to_le_bytes());
     frame.clear();
-    put_frame(&mut frame, &payload);
+    let at = begin_frame(&mut frame);
+    frame.push(b'e');
+    frame.extend_from_slice(&(map.len() as u64).to_le_bytes());
+    end_frame(&mut frame, at);
     out.write_all(&frame).map_err(io("cannot write", &tmp))?;
     let f = out
         .into_inner()
@@ -235,10 +234,22 @@ pub(super) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
-fn put_frame(out: &mut Vec<u8>, payload: &[u8]) {
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-    out.extend_from_slice(payload);
+/// Starts a frame at the end of `out`: room for its header, filled in by
+/// [`end_frame`] once the payload has been appended after it. Returns
+/// where the frame starts.
+pub(super) fn begin_frame(out: &mut Vec<u8>) -> usize {
+    let start = out.len();
+    out.extend_from_slice(&[0; 8]);
+    start
+}
+
+/// Ends the frame begun at `start`: its header gets the length and the
+/// checksum of everything appended since.
+pub(super) fn end_frame(out: &mut [u8], start: usize) {
+    let payload = &out[start + 8..];
+    let (len, crc) = (payload.len() as u32, crc32fast::hash(payload));
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// The intact frame at `at` and where the next begins; `None` at the end,
@@ -302,16 +313,16 @@ mod tests {
     #[test]
     fn frames_round_trip_and_damage_is_seen() {
         let mut log = Vec::new();
-        let mut payload = Vec::new();
-        payload.push(b's');
-        put_bytes(&mut payload, b"a");
-        put_bytes(&mut payload, b"1");
-        put_frame(&mut log, &payload);
+        let at = begin_frame(&mut log);
+        log.push(b's');
+        put_bytes(&mut log, b"a");
+        put_bytes(&mut log, b"1");
+        end_frame(&mut log, at);
         let one = log.len();
-        payload.clear();
-        payload.push(b'd');
-        put_bytes(&mut payload, b"a");
-        put_frame(&mut log, &payload);
+        let at = begin_frame(&mut log);
+        log.push(b'd');
+        put_bytes(&mut log, b"a");
+        end_frame(&mut log, at);
         let mut map = Map::new();
         assert_eq!(replay(&log, &mut map), log.len());
         assert!(map.is_empty());

@@ -83,7 +83,7 @@ use crate::layered::Layered;
 mod disk;
 mod syncer;
 
-use disk::{lock_exclusive, log_file, put_bytes, recover, sync_dir};
+use disk::{begin_frame, end_frame, lock_exclusive, log_file, put_bytes, recover, sync_dir};
 use syncer::Syncer;
 
 /// The folder of the log store inside `DATA_DIR`.
@@ -273,8 +273,7 @@ impl LogKv {
                 "a write of {size} bytes is larger than a frame may be ({MAX_FRAME} bytes)"
             )));
         }
-        let start = s.pending.len();
-        s.pending.extend_from_slice(&[0; 8]);
+        let start = begin_frame(&mut s.pending);
         for op in ops {
             match op {
                 Op::Set(k, v) => {
@@ -290,10 +289,7 @@ impl LogKv {
                 }
             }
         }
-        let payload = &s.pending[start + 8..];
-        let (len, crc) = (payload.len() as u32, crc32fast::hash(payload));
-        s.pending[start..start + 4].copy_from_slice(&len.to_le_bytes());
-        s.pending[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+        end_frame(&mut s.pending, start);
         s.appended += 1;
         Ok(())
     }
