@@ -1,9 +1,11 @@
 //! Experiment only (issue 15): serves a WASIp3 `wasi:http/service` component
 //! with wasmtime-wasi-http 48's `ProxyHandler`, the dispatcher Spin's main
-//! branch uses, with up to REUSE requests per instance, 16 at once (Spin's
-//! defaults for WASIp3 are 128 and 16; 1 = a fresh instance per request).
+//! branch uses, with up to REUSE requests per instance, CONCURRENT (default
+//! 16) at once (Spin's defaults for WASIp3 are 128 and 16; a REUSE of 1 is a
+//! fresh instance per request).
 //! A minimal host: no access log, no limits, no deadline, no store. Never to
-//! be served. Usage: wasip3-serve COMPONENT PORT REUSE (run.sh builds it).
+//! be served. Usage: wasip3-serve COMPONENT PORT REUSE [CONCURRENT] (run.sh builds
+//! it).
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -59,6 +61,7 @@ impl WorkerExpiration for Never {
 
 struct Limits {
     reuse: usize,
+    concurrent: usize,
 }
 impl WorkerState for Limits {
     type StoreData = Data;
@@ -66,7 +69,7 @@ impl WorkerState for Limits {
     fn should_accept_request(&self, concurrent: usize, total: usize) -> ShouldAccept {
         if total >= self.reuse {
             ShouldAccept::Never
-        } else if concurrent >= 16 {
+        } else if concurrent >= self.concurrent {
             ShouldAccept::No
         } else {
             ShouldAccept::Yes
@@ -91,6 +94,7 @@ struct State {
     engine: Engine,
     pre: ProxyPre<Data>,
     reuse: usize,
+    concurrent: usize,
 }
 
 impl HandlerState for State {
@@ -112,7 +116,10 @@ impl HandlerState for State {
             proxy,
             view,
             expiration: Never,
-            state: Limits { reuse: self.reuse },
+            state: Limits {
+                reuse: self.reuse,
+                concurrent: self.concurrent,
+            },
         })
     }
 }
@@ -121,6 +128,10 @@ impl HandlerState for State {
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (path, port, reuse) = (&args[1], args[2].parse::<u16>()?, args[3].parse::<usize>()?);
+    let concurrent = match args.get(4) {
+        Some(c) => c.parse::<usize>()?,
+        None => 16,
+    };
     let mut config = Config::new();
     config.wasm_component_model_async(true);
     let mut pool = wasmtime::PoolingAllocationConfig::default();
@@ -137,9 +148,14 @@ async fn main() -> anyhow::Result<()> {
     wasmtime_wasi_http::p3::add_to_linker(&mut linker)?;
     let pre = linker.instantiate_pre(&component)?;
     let pre = ProxyPre::P3(wasmtime_wasi_http::p3::bindings::ServicePre::new(pre)?);
-    let handler = ProxyHandler::new(State { engine, pre, reuse });
+    let handler = ProxyHandler::new(State {
+        engine,
+        pre,
+        reuse,
+        concurrent,
+    });
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    eprintln!("wasip3-serve: listening on 127.0.0.1:{port}, reuse {reuse}");
+    eprintln!("wasip3-serve: listening on 127.0.0.1:{port}, reuse {reuse}, {concurrent} at once");
     loop {
         let (stream, _) = listener.accept().await?;
         stream.set_nodelay(true)?;
