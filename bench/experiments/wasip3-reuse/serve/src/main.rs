@@ -52,9 +52,8 @@ fn view(d: &mut Data) -> WasiHttpCtxView<'_> {
 
 struct Never;
 impl WorkerExpiration for Never {
-    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>, s: WorkerStatus, _: Instant) -> Poll<()> {
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>, _: WorkerStatus, _: Instant) -> Poll<()> {
         // No expiry: a worker ends when it may take no more requests.
-        let _ = s;
         Poll::Pending
     }
 }
